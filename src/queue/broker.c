@@ -347,6 +347,13 @@ typedef struct {
     uv_work_t work;
     tn_topic_t *t;
     int64_t stamp; /* written before the first partition (0: none) */
+    /* This node's pause of this very topic, kept in a directory with no
+     * partition (tn__topic_pause_clamp, _take): the read's status, the file's
+     * paused (-1: none, or not this topic's) and hold points (owned). */
+    int pause_rc;
+    int paused;
+    uint64_t *holds;
+    uint32_t nholds;
     int rc;
 } topic_job_t;
 
@@ -361,11 +368,21 @@ static void topic_create_work(uv_work_t *w)
     bool local = false;
     for (uint32_t i = 0; i < t->nparts; i++)
         local |= !t->parts[i]->remote;
-    /* Made anew here, unpaused (a metastore record holds no pause): a
-     * pause file an earlier topic of the name left in a directory with
-     * no partition (so never loaded) goes before any partition is made,
-     * so that the next start does not take it for this topic's. */
-    if (!t->memory && (j->rc = tn_store_topic_pause_remove(t->broker->store, t->name)) != 0)
+    /* Made here with no partition's files (so never loaded), unpaused (a
+     * metastore record holds no pause), unless the directory's stamp says
+     * it is this very topic's: its pause file is then this node's pause,
+     * written while it held no copy, or kept after its copies left. A
+     * pause file an earlier topic of the name left goes before any
+     * partition is made, so that the next start does not take it for
+     * this topic's. */
+    j->paused = -1;
+    int64_t had = 0;
+    if (!t->memory && t->record_created_ms > 0 &&
+        tn_store_topic_stamp_read(t->broker->store, t->name, &had) == 0 &&
+        had == t->record_created_ms)
+        j->pause_rc =
+            tn_store_topic_pause_read(t->broker->store, t->name, &j->paused, &j->holds, &j->nholds);
+    else if (!t->memory && (j->rc = tn_store_topic_pause_remove(t->broker->store, t->name)) != 0)
         return;
     j->stamp = local ? tn_topic_stamp_due(t) : 0;
     if (j->stamp != 0 &&
@@ -382,6 +399,8 @@ static void topic_create_work(uv_work_t *w)
             return;
         }
     }
+    if (j->pause_rc != 0 || j->paused == 1)
+        tn__topic_pause_clamp(t, j->pause_rc, j->holds, j->nholds);
 }
 
 static void topic_create_done(uv_work_t *w, int status)
@@ -391,6 +410,10 @@ static void topic_create_done(uv_work_t *w, int status)
     tn_broker_t *b = t->broker;
     int rc = j->rc != 0 ? j->rc : status;
     int64_t stamp = j->stamp;
+    bool paused = rc == 0 && (j->pause_rc != 0 || j->paused == 1);
+    int pause_rc = j->pause_rc;
+    uint64_t *holds = j->holds;
+    uint32_t nholds = j->nholds;
     tn_free(j);
     t->busy--;
     if (rc != 0) {
@@ -413,6 +436,8 @@ static void topic_create_done(uv_work_t *w, int status)
             if (t->durability >= 0)
                 tn_plog_set_durability(t->parts[i]->plog, t->durability);
         }
+        if (paused)
+            tn__topic_pause_take(t, pause_rc, holds, nholds);
         t->state = TN_OBJ_READY;
         if (remote == 0)
             TN_LOG(TN_LOG_INFO, "topic %s created with %" PRIu32 " partition(s)", t->name,
@@ -426,6 +451,7 @@ static void topic_create_done(uv_work_t *w, int status)
         tn__waiters_fire(&t->waiters, 0);
         tn__topic_place_resume(t);
     }
+    tn_free(holds);
     tn__broker_work_done(b);
 }
 

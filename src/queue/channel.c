@@ -2074,13 +2074,27 @@ typedef struct {
     char *name;
     int paused;
     uint64_t covers; /* the asks (ch->pause_asked) this write covers */
+    /* A pause on a node with no directory of the topic (no copy of any
+     * partition here) makes one: the topic's stamp first (topic_ms, 0:
+     * there already), then the pause file, then the channel's stamp
+     * (stamp, 0: there already), so that a restart keeps the pause
+     * (chan_create_work finds its stamp: this very channel's). */
+    int64_t topic_ms;
+    uint64_t stamp;
+    bool stamp_written;
     int rc;
 } chpause_job_t;
 
 static void chpause_work(uv_work_t *w)
 {
     chpause_job_t *j = TN_CONTAINER_OF(w, chpause_job_t, work);
-    j->rc = tn_store_channel_pause_write(j->store, j->topic, j->name, j->paused, NULL);
+    if (j->topic_ms > 0)
+        j->rc = tn_store_topic_stamp_write(j->store, j->topic, j->topic_ms, true);
+    if (j->rc == 0)
+        j->rc = tn_store_channel_pause_write(j->store, j->topic, j->name, j->paused, NULL);
+    if (j->rc == 0 && j->stamp != 0)
+        j->rc =
+            tn_store_channel_stamp_write(j->store, j->topic, j->name, j->stamp, &j->stamp_written);
 }
 
 /* End the waits the finished write covers (all of them when it failed:
@@ -2107,6 +2121,10 @@ static void chpause_done(uv_work_t *w, int status)
     tn_broker_t *b = ch->topic->broker;
     int rc = j->rc != 0 ? j->rc : status;
     ch->pause_writing = false;
+    if (rc == 0 && j->topic_ms > 0)
+        tn_topic_stamped(ch->topic, j->topic_ms);
+    if (rc == 0 && j->stamp_written)
+        ch->stamp_kept = j->stamp;
     if (rc == 0)
         ch->pause_done = j->covers;
     else
@@ -2144,6 +2162,12 @@ static void pause_write_start(tn_channel_t *ch)
         j->store = t->broker->store;
         j->paused = ch->paused ? 1 : 0;
         j->covers = ch->pause_asked;
+        /* Paused with its record's stamp known (a cluster's channel): the
+         * directory is made for it when the topic has none here. */
+        if (ch->paused && ch->stamp != 0 && !t->memory) {
+            j->topic_ms = tn_topic_stamp_due(t);
+            j->stamp = ch->stamp != ch->stamp_kept ? ch->stamp : 0;
+        }
         j->topic = tn_strdup(t->name);
         j->name = tn_strdup(ch->name);
     }

@@ -53,6 +53,15 @@ void tn__part_ready(tn_part_t *p);
 /* A directory of t is here now: a pause its last write found none for is
  * written. */
 void tn__topic_pause_dir_made(tn_topic_t *t);
+/* t paused as its pause file says (rc: the read's status, a file that
+ * cannot be read keeps it paused from each partition's end; holds: the
+ * file's n points, borrowed), its partitions' logs opened. _clamp takes
+ * each point above its partition's end here (0 with no log here) down to
+ * it, writing the file with them at once (blocking: before the loop runs
+ * or on the worker making the topic); _take sets the pause in memory
+ * (loop thread, or before it runs). */
+void tn__topic_pause_clamp(tn_topic_t *t, int rc, uint64_t *holds, uint32_t n);
+void tn__topic_pause_take(tn_topic_t *t, int rc, const uint64_t *holds, uint32_t n);
 /* Partition p of t had its log cut at cut (storage/store.h,
  * tn_store_set_cut_watch): while t is paused, p's hold points come down
  * to cut and the pause file is written with them. True when wait is kept

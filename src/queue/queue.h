@@ -265,10 +265,13 @@ struct tn_topic_s {
      * asks), one write runs at a time (pause_writing: the topic is busy
      * for a deletion meanwhile, as for the stamp), one asked while it
      * runs follows it, pause_done is the count the last finished write
-     * covered, and pause_waits the answers waiting for theirs. pause_dirless:
-     * the last write found no directory of the topic here (no partition
-     * here): the pause is in memory until one is made here, then
-     * written. Ephemeral topics write nothing. Loop thread. */
+     * covered, and pause_waits the answers waiting for theirs. A pause
+     * with no directory of the topic here (no partition here) makes one,
+     * its stamp first (record_created_ms), so that it is durable there
+     * too. pause_dirless: the last write found no directory all the same
+     * (an unpause, or a record not known yet): the pause is in memory
+     * until one is made here, then written. Ephemeral topics write
+     * nothing. Loop thread. */
     bool paused;
     bool pause_writing;
     bool pause_dirless;

@@ -126,6 +126,50 @@ static void load_pause_rewrite(tn_topic_t *t, const uint64_t *holds, uint32_t n)
                t->name, tn_strerror(rc));
 }
 
+/* The end of p's log here (0: none here). */
+static uint64_t part_end(const tn_part_t *p)
+{
+    if (p->plog == NULL)
+        return 0;
+    tn_plog_stats_t st;
+    tn_plog_stats(p->plog, &st);
+    return st.written_next;
+}
+
+void tn__topic_pause_clamp(tn_topic_t *t, int rc, uint64_t *holds, uint32_t n)
+{
+    bool lowered = false;
+    for (uint32_t i = 0; rc == 0 && i < n && i < t->nparts; i++) {
+        uint64_t end = part_end(t->parts[i]);
+        if (holds[i] > end) {
+            holds[i] = end;
+            lowered = true;
+        }
+    }
+    if (lowered)
+        load_pause_rewrite(t, holds, n);
+}
+
+void tn__topic_pause_take(tn_topic_t *t, int rc, const uint64_t *holds, uint32_t n)
+{
+    if (rc != 0)
+        TN_LOG(TN_LOG_ERROR,
+               "topic %s: its pause file (%s) cannot be read (%s): paused, holding what arrives "
+               "from now on; /topic/unpause resumes it and writes the file anew",
+               t->name, TN_STORE_TOPIC_PAUSE_FILE, tn_strerror(rc));
+    t->paused = true;
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        tn_part_t *p = t->parts[i];
+        uint64_t end = part_end(p);
+        p->hold = rc != 0 ? end : i < n ? TN_MIN(holds[i], end) : 0;
+        p->hold_file = p->hold;
+    }
+    TN_LOG(TN_LOG_NOTICE,
+           "topic %s is paused, as its pause file says: what was published since the "
+           "pause stays held until /topic/unpause",
+           t->name);
+}
+
 /* This node's pause, as the topic's pause file says (startup, its
  * partitions opened): each local partition holds from its hold point,
  * or from its end when the point is past it (records lost in a crash
@@ -141,31 +185,9 @@ static void load_pause(tn_topic_t *t)
     uint64_t *holds;
     uint32_t n;
     int rc = tn_store_topic_pause_read(t->broker->store, t->name, &paused, &holds, &n);
-    if (rc != 0) {
-        TN_LOG(TN_LOG_ERROR,
-               "topic %s: its pause file (%s) cannot be read (%s): paused, holding what arrives "
-               "from now on; /topic/unpause resumes it and writes the file anew",
-               t->name, TN_STORE_TOPIC_PAUSE_FILE, tn_strerror(rc));
-        paused = 1;
-    }
-    if (paused == 1) {
-        t->paused = true;
-        bool lowered = false;
-        for (uint32_t i = 0; i < t->nparts; i++) {
-            tn_part_t *p = t->parts[i];
-            uint64_t end = p->plog != NULL ? p->appended_next : 0;
-            p->hold = rc != 0 ? end : i < n ? TN_MIN(holds[i], end) : 0;
-            p->hold_file = p->hold;
-            lowered |= rc == 0 && i < n && holds[i] > end;
-            if (i < n)
-                holds[i] = p->hold;
-        }
-        TN_LOG(TN_LOG_NOTICE,
-               "topic %s is paused, as its pause file says: what was published since the "
-               "pause stays held until /topic/unpause",
-               t->name);
-        if (lowered)
-            load_pause_rewrite(t, holds, n);
+    if (rc != 0 || paused == 1) {
+        tn__topic_pause_clamp(t, rc, holds, n);
+        tn__topic_pause_take(t, rc, holds, n);
     }
     tn_free(holds);
 }
@@ -1450,6 +1472,11 @@ typedef struct {
     bool paused;
     bool written;    /* the topic has a directory here: the file was written */
     uint64_t covers; /* the asks (t->pause_asked) this write covers */
+    /* A pause with the topic's stamp not in its directory here (none
+     * there: no copy of any partition here) writes it first, making the
+     * directory, so that the pause is durable there too and a restart
+     * knows which topic it is of (topic_create_work). 0: nothing. */
+    int64_t stamp_ms;
     int rc;
     uint32_t n;
     uint64_t holds[];
@@ -1476,8 +1503,11 @@ static void tpause_test_delay(const tpause_job_t *j)
 static void tpause_work(uv_work_t *w)
 {
     tpause_job_t *j = TN_CONTAINER_OF(w, tpause_job_t, work);
-    j->rc = tn_store_topic_pause_write(j->t->broker->store, j->t->name, j->paused, j->holds, j->n,
-                                       &j->written);
+    if (j->stamp_ms > 0)
+        j->rc = tn_store_topic_stamp_write(j->t->broker->store, j->t->name, j->stamp_ms, true);
+    if (j->rc == 0)
+        j->rc = tn_store_topic_pause_write(j->t->broker->store, j->t->name, j->paused, j->holds,
+                                           j->n, &j->written);
     tpause_test_delay(j);
 }
 
@@ -1529,6 +1559,8 @@ static void tpause_done(uv_work_t *w, int status)
     t->busy--;
     t->pause_writing = false;
     if (rc == 0) {
+        if (j->stamp_ms > 0)
+            tn_topic_stamped(t, j->stamp_ms);
         t->pause_done = covers;
         t->pause_dirless = !j->written;
     } else {
@@ -1565,6 +1597,10 @@ static void tpause_write_start(tn_topic_t *t)
     j->t = t;
     j->paused = t->paused;
     j->covers = t->pause_asked;
+    /* Paused: the directory is made for the file when there is none (its
+     * record known: a cluster's topic); unpaused needs none, as no file
+     * there is read as unpaused. */
+    j->stamp_ms = t->paused ? tn_topic_stamp_due(t) : 0;
     j->n = n;
     for (uint32_t i = 0; i < n; i++)
         j->holds[i] = t->parts[i]->hold_file; /* never past durable settles: theld_t */

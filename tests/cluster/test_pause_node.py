@@ -128,7 +128,7 @@ class PauseNode(harness.OnePartition, harness.ClusterTest):
         node.kill()
         node.start()
         node.wait_ready()
-        c.wait_alive(3)
+        c.wait_alive(len(c.nodes))
         self.in_sync_everywhere(c)
         remade = f"channel {CHANNEL} of {self.topic} was recorded but had no files"
         if remade in node.log()[before:]:

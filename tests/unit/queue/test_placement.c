@@ -471,46 +471,6 @@ static void test_topic_pause_written_when_the_directory_comes(void **state)
     qfx_free(q);
 }
 
-/* A topic paused while the node held nothing of it (no directory: in
- * memory) writes its pause file once a replica's copy of a partition is
- * made here (the catalog then writes the topic's stamp,
- * tn_topic_keep_stamp with copy_here), as a channel's pause is written
- * with its stamp: the copy's directory is loaded at the next start, and a
- * topic loaded without a pause file comes back unpaused. */
-static void test_topic_pause_written_with_a_copy(void **state)
-{
-    (void)state;
-    place_all(9);
-    qfx_t *q = qfx_new(qfx_small_memlogs, place);
-    tn_topic_t *t = qfx_topic(q, "t", 2);
-    t->record_created_ms = 42; /* the metastore record's, as the catalog sets it */
-    qfx_allw_t w = {0};
-    assert_int_equal(tn_topic_pause(t, true, qfx_on_sync_all, &w), 0);
-    assert_true(qfx_run_until(q, qfx_all_done, &w));
-    assert_int_equal(w.status, 0);
-    int paused = 0;
-    uint64_t *holds = NULL;
-    uint32_t n = 0;
-    assert_int_equal(tn_store_topic_pause_read(q->fx->store, "t", &paused, &holds, &n), 0);
-    assert_int_equal(paused, -1); /* nowhere to write it */
-    /* The replica manager makes a follower's copy of partition 0 here. */
-    tn_plog_t *pl;
-    assert_int_equal(tn_plog_open(q->fx->store, "t", 0, &pl), 0);
-    tu_plog_close(&q->fx->loop, pl);
-    tn_topic_keep_stamp(t, true);
-    assert_true(t->stamping);
-    assert_true(qfx_run_until(q, topic_quiet, t));
-    assert_int_equal(tn_store_topic_pause_read(q->fx->store, "t", &paused, &holds, &n), 0);
-    assert_int_equal(paused, 1);
-    assert_int_equal(n, 2);
-    assert_true(holds[0] == 0 && holds[1] == 0);
-    tn_free(holds);
-    qfx_restart(q);
-    t = qfx_topic(q, "t", 0);
-    assert_true(t->paused);
-    qfx_free(q);
-}
-
 /* A partition placed here while the pause write that found no directory
  * of the topic has not ended yet (its worker between the write and its
  * end): its directory is made meanwhile, and the pause file is written
@@ -2314,6 +2274,134 @@ static void test_stamps(void **state)
     qfx_free(q);
 }
 
+/* The gate as the catalog's, for a channel: its record's stamp (42). */
+static void gate_stamp(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
+{
+    (void)arg;
+    (void)t;
+    if (ch != NULL)
+        ch->stamp = 42;
+    tn_gate_done(g, 0);
+}
+
+static void pause_topic_and_wait(qfx_t *q, tn_topic_t *t, bool paused)
+{
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_topic_pause(t, paused, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
+    assert_int_equal(w.status, 0);
+}
+
+/* The topic t (2 partitions, none here) made again after a restart, as
+ * the catalog makes a recorded topic whose directory holds no partition. */
+static tn_topic_t *remade_after_restart(qfx_t *q, const char *name)
+{
+    qfx_restart(q);
+    stamped_broker(q);
+    tn_broker_set_gate(q->b, gate_stamp, NULL);
+    return qfx_topic(q, name, 2);
+}
+
+/* A topic paused while the node holds no copy of any of its partitions
+ * is durable all the same (nsqd keeps it in nsqd.dat): the pause makes
+ * the topic's directory, its stamp first, then the pause file (points 0:
+ * no partition led here), before the answer. A restart does not load a
+ * directory with no partition; the topic made there from its record comes
+ * back paused, as the stamp is that record's, and an unpause is durable
+ * the same way. A partition placed here later holds from 0 and finds the
+ * file written (no write waits for the directory). A topic of the name
+ * made from another record (deleted and made again) starts unpaused and
+ * removes the file. */
+static void test_topic_pause_without_a_copy(void **state)
+{
+    (void)state;
+    place_all(9);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    stamped_broker(q);
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    pause_topic_and_wait(q, t, true);
+    assert_false(t->pause_dirless);
+    assert_int_equal(stamp_on_disk(q, "t"), 1000 + 't');
+    int paused = 0;
+    uint64_t *holds = NULL;
+    uint32_t n = 0;
+    assert_int_equal(tn_store_topic_pause_read(q->fx->store, "t", &paused, &holds, &n), 0);
+    assert_int_equal(paused, 1);
+    assert_int_equal(n, 2);
+    assert_true(holds[0] == 0 && holds[1] == 0);
+    tn_free(holds);
+
+    t = remade_after_restart(q, "t");
+    assert_true(t->paused);
+    pause_topic_and_wait(q, t, false);
+    t = remade_after_restart(q, "t");
+    assert_false(t->paused);
+    pause_topic_and_wait(q, t, true);
+    t = remade_after_restart(q, "t");
+    assert_true(t->paused);
+
+    owners[0] = SELF;
+    follow(q, t);
+    assert_true(tn_topic_part_local(t, 0));
+    assert_false(t->pause_writing);
+    assert_int_equal(publish(q, "t", "x", 0, NULL, NULL), 0);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
+    qfx_sink_t s;
+    attach(&s, ch, 100);
+    qfx_run_for(q, 30);
+    assert_int_equal(s.n, 0);
+    pause_topic_and_wait(q, t, false);
+    qfx_expect_n(q, &s, 1);
+    tn_consumer_detach(&s.c);
+
+    /* Another record's directory (a topic of the name deleted while the
+     * node was down, made again): not this topic's pause. */
+    place_all(9);
+    assert_int_equal(tn_store_topic_stamp_write(q->fx->store, "u", 77, true), 0);
+    assert_int_equal(tn_store_topic_pause_write(q->fx->store, "u", true, NULL, 0, NULL), 0);
+    t = qfx_topic(q, "u", 2);
+    assert_false(t->paused);
+    assert_int_equal(tn_store_topic_pause_read(q->fx->store, "u", &paused, &holds, &n), 0);
+    assert_int_equal(paused, -1);
+    t = remade_after_restart(q, "u");
+    assert_false(t->paused);
+    qfx_free(q);
+}
+
+/* A channel paused while the node holds no copy of its topic: the pause
+ * makes the topic's directory with the topic's stamp, then the channel's
+ * pause file, then its stamp, before the answer; the channel made again
+ * after a restart (its record's stamp in the file: this very channel)
+ * comes back paused, and unpaused after an unpause. */
+static void test_channel_pause_without_a_copy(void **state)
+{
+    (void)state;
+    place_all(9);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    stamped_broker(q);
+    tn_broker_set_gate(q->b, gate_stamp, NULL);
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
+    assert_int_equal(ch->stamp, 42);
+    assert_int_equal(pause_and_wait(q, ch, true), 0);
+    assert_int_equal(stamp_on_disk(q, "t"), 1000 + 't');
+    int paused = 0;
+    assert_int_equal(tn_store_channel_pause_read(q->fx->store, "t", "c", &paused), 0);
+    assert_int_equal(paused, 1);
+    uint64_t stamp = 0;
+    assert_int_equal(tn_store_channel_stamp_read(q->fx->store, "t", "c", &stamp), 0);
+    assert_int_equal(stamp, 42);
+
+    t = remade_after_restart(q, "t");
+    ch = qfx_channel(q, t, "c");
+    assert_true(ch->paused);
+    assert_int_equal(pause_and_wait(q, ch, false), 0);
+    t = remade_after_restart(q, "t");
+    ch = qfx_channel(q, t, "c");
+    assert_false(ch->paused);
+    qfx_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2334,7 +2422,8 @@ int main(void)
         cmocka_unit_test(test_topic_pause_cut_waiting_at_close),
         cmocka_unit_test(test_topic_pause_cut_waiting_at_delete),
         cmocka_unit_test(test_topic_pause_cut_of_a_log_closing),
-        cmocka_unit_test(test_topic_pause_written_with_a_copy),
+        cmocka_unit_test(test_topic_pause_without_a_copy),
+        cmocka_unit_test(test_channel_pause_without_a_copy),
         cmocka_unit_test(test_topic_pause_dir_made_during_its_write),
         cmocka_unit_test(test_given_away_left_on_disk),
         cmocka_unit_test(test_moved_consumers_dropped),
