@@ -41,18 +41,8 @@ ARGS = ["--default-replication-factor=2", "--min-insync-replicas=1",
 HOLD_MS = 600000  # X's stamp writes: until it is killed
 
 
-class PauseCopy(harness.OnePartition, harness.ClusterTest):
+class PauseCopy(pn.PauseHelpers, harness.ClusterTest):
     replicas = 2
-    isr_timeout = 180
-    elect_timeout = 240
-    # test_pause_node.py's helpers (its cases are not run here).
-    channel_paused = pn.PauseNode.channel_paused
-    setup_topic = pn.PauseNode.setup_topic
-    tcp_port = pn.PauseNode.tcp_port
-    paused_on = pn.PauseNode.paused_on
-    set_pause = pn.PauseNode.set_pause
-    subscribe = pn.PauseNode.subscribe
-    read_all = pn.PauseNode.read_all
 
     def test_copy_killed_before_the_pause_file(self):
         c = self.make(3, args=ARGS)

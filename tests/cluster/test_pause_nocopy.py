@@ -49,19 +49,7 @@ ARGS = ["--min-insync-replicas=1", "--cluster-heartbeat-interval=500ms",
         "--cluster-dead-after=3s", "--member-session-timeout=3s"]
 
 
-class PauseNoCopy(harness.OnePartition, harness.ClusterTest):
-    isr_timeout = 180
-    elect_timeout = 240
-    # test_pause_node.py's helpers (its cases are not run here).
-    channel_paused = pn.PauseNode.channel_paused
-    topic_paused = pn.PauseNode.topic_paused
-    setup_topic = pn.PauseNode.setup_topic
-    tcp_port = pn.PauseNode.tcp_port
-    paused_on = pn.PauseNode.paused_on
-    set_pause = pn.PauseNode.set_pause
-    kill_and_restart = pn.PauseNode.kill_and_restart
-    subscribe = pn.PauseNode.subscribe
-    read_all = pn.PauseNode.read_all
+class PauseNoCopy(pn.PauseHelpers, harness.ClusterTest):
 
     def part(self, node):
         """As OnePartition's; a factor-1 partition (no replica state) shows
@@ -127,23 +115,29 @@ class PauseNoCopy(harness.OnePartition, harness.ClusterTest):
             conn.read_message()
         conn.sock.settimeout(60)
 
-    def test_pause_without_a_copy_f1(self):
-        self.replicas = 1
-        c = self.make(3, args=ARGS + ["--default-replication-factor=1"])
+    def paused_and_unpaused(self, nodes, factor, topic):
+        """nodes started with the topic at factor made (setup_topic); the
+        member X holding no copy has the topic and c paused, then
+        unpaused, each kept by a restart; the cluster, the leader, X."""
+        self.replicas = factor
+        c = self.make(nodes, args=ARGS + [f"--default-replication-factor={factor}"])
         c.start()
-        c.wait_alive(3)
-        lead = self.setup_topic(c, "pznc1")
+        c.wait_alive(nodes)
+        lead = self.setup_topic(c, topic)
         x, tdir = self.no_copy(c, lead)
-
         self.set_both(x, True)
         self.restart_shows(c, x, True, "paused without a copy")
         self.assertFalse(os.path.exists(os.path.join(tdir, "0")))
+        # Per node: the leader was not paused.
+        self.assertFalse(self.topic_paused(lead, self.topic))
         self.set_both(x, False)
         self.restart_shows(c, x, False, "unpaused without a copy")
+        return c, lead, x
+
+    def test_pause_without_a_copy_f1(self):
+        c, lead, x = self.paused_and_unpaused(3, 1, "pznc1")
         self.set_both(x, True)
         self.restart_shows(c, x, True, "paused again without a copy")
-        # The leader was not paused (per node).
-        self.assertFalse(self.topic_paused(lead, self.topic))
 
         self.move_to(lead, [x.id])
         wait_until(f"node {x.id} leads the partition",
@@ -165,18 +159,7 @@ class PauseNoCopy(harness.OnePartition, harness.ClusterTest):
         self.read_all(conn)
 
     def test_pause_without_a_copy_f3(self):
-        self.replicas = 3
-        c = self.make(4, args=ARGS + ["--default-replication-factor=3"])
-        c.start()
-        c.wait_alive(4)
-        lead = self.setup_topic(c, "pznc3")
-        x, tdir = self.no_copy(c, lead)
-
-        self.set_both(x, True)
-        self.restart_shows(c, x, True, "paused without a copy")
-        self.assertFalse(self.topic_paused(lead, self.topic))
-        self.set_both(x, False)
-        self.restart_shows(c, x, False, "unpaused without a copy")
+        c, lead, x = self.paused_and_unpaused(4, 3, "pznc3")
         # c alone paused again, the topic not: the partition is delivered
         # through X to another channel once X leads it, never to c.
         self.set_pause(x, True)

@@ -48,7 +48,9 @@ N = 20
 QUIET_S = 2  # how long a paused channel's consumer is watched for nothing
 
 
-class PauseNode(harness.OnePartition, harness.ClusterTest):
+class PauseHelpers(harness.OnePartition):
+    """How a node shows and takes its pauses, for this file's cases and
+    test_pause_copy.py's and test_pause_nocopy.py's."""
     isr_timeout = 180
     elect_timeout = 240
 
@@ -154,6 +156,8 @@ class PauseNode(harness.OnePartition, harness.ClusterTest):
             conn.fin(m.id)
         self.assertEqual(got, {f"m{i}" for i in range(N)})
 
+
+class PauseNode(PauseHelpers, harness.ClusterTest):
     def test_paused_node_takes_the_partition(self):
         c = self.make(3, args=ARGS)
         c.start()
