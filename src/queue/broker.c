@@ -372,17 +372,24 @@ static void topic_create_work(uv_work_t *w)
      * metastore record holds no pause), unless the directory's stamp says
      * it is this very topic's: its pause file is then this node's pause,
      * written while it held no copy, or kept after its copies left. A
-     * pause file an earlier topic of the name left goes before any
-     * partition is made, so that the next start does not take it for
-     * this topic's. */
+     * directory stamped with another record is an earlier topic's of the
+     * name, deleted while this node was down (its pause files, its
+     * channels' stamps): it goes whole, as that deletion would have taken
+     * it here. A pause file without a stamp beside it goes too. Both
+     * before any partition is made, so that the next start does not take
+     * them for this topic's. */
     j->paused = -1;
     int64_t had = 0;
-    if (!t->memory && t->record_created_ms > 0 &&
-        tn_store_topic_stamp_read(t->broker->store, t->name, &had) == 0 &&
-        had == t->record_created_ms)
+    bool stamped = !t->memory && t->record_created_ms > 0 &&
+                   tn_store_topic_stamp_read(t->broker->store, t->name, &had) == 0 && had != 0;
+    if (stamped && had == t->record_created_ms)
         j->pause_rc =
             tn_store_topic_pause_read(t->broker->store, t->name, &j->paused, &j->holds, &j->nholds);
-    else if (!t->memory && (j->rc = tn_store_topic_pause_remove(t->broker->store, t->name)) != 0)
+    else if (stamped)
+        j->rc = tn_store_remove_topic(t->broker->store, t->name);
+    else if (!t->memory)
+        j->rc = tn_store_topic_pause_remove(t->broker->store, t->name);
+    if (j->rc != 0)
         return;
     j->stamp = local ? tn_topic_stamp_due(t) : 0;
     if (j->stamp != 0 &&

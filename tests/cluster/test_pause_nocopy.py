@@ -27,7 +27,8 @@ delivered to `c` through X until it is unpaused.
 test_pause_without_a_copy_goes_with_its_topic: the directory the pause
 made on X goes with the topic's deletion; and a pause kept there while X
 was down through a deletion and a creation of the name is not taken by
-the new topic or its channel (their stamps are another record's).
+the new topic or its channel: the directory, stamped with the old
+record, goes when X makes the new topic.
 
 Before the fix X came back unpaused at step 1: the pause was kept in
 memory only, for want of a directory of the topic here.
@@ -198,7 +199,8 @@ class PauseNoCopy(pn.PauseHelpers, harness.ClusterTest):
     def test_pause_without_a_copy_goes_with_its_topic(self):
         """The directory a pause made on X goes with the topic's deletion
         while X runs; and a pause kept there while X was down through a
-        deletion and a creation of the name is never the new topic's."""
+        deletion and a creation of the name is never the new topic's: the
+        directory goes then."""
         self.replicas = 1
         c = self.make(3, args=ARGS + ["--default-replication-factor=1"])
         c.start()
@@ -226,6 +228,7 @@ class PauseNoCopy(pn.PauseHelpers, harness.ClusterTest):
                    in x.log()[before:], timeout=90)
         self.assertFalse(self.paused_on(x), "c took the pause of the old topic's channel")
         self.assertFalse(self.topic_paused(x, self.topic), "the new topic took the old's pause")
+        self.assertFalse(os.path.exists(tdir), "the old topic's directory was left")
 
 
 if __name__ == "__main__":

@@ -2355,13 +2355,18 @@ static void test_topic_pause_without_a_copy(void **state)
     tn_consumer_detach(&s.c);
 
     /* Another record's directory (a topic of the name deleted while the
-     * node was down, made again): not this topic's pause. */
+     * node was down, made again): not this topic's pause; it goes whole,
+     * its channels' files with it. */
     place_all(9);
     assert_int_equal(tn_store_topic_stamp_write(q->fx->store, "u", 77, true), 0);
     assert_int_equal(tn_store_topic_pause_write(q->fx->store, "u", true, NULL, 0, NULL), 0);
+    assert_int_equal(tn_store_channel_pause_write(q->fx->store, "u", "c", 1, NULL), 0);
     t = qfx_topic(q, "u", 2);
     assert_false(t->paused);
     assert_int_equal(tn_store_topic_pause_read(q->fx->store, "u", &paused, &holds, &n), 0);
+    assert_int_equal(paused, -1);
+    assert_int_equal(stamp_on_disk(q, "u"), 0);
+    assert_int_equal(tn_store_channel_pause_read(q->fx->store, "u", "c", &paused), 0);
     assert_int_equal(paused, -1);
     t = remade_after_restart(q, "u");
     assert_false(t->paused);
