@@ -19,10 +19,11 @@ published. Node X holds no copy and no directory of the topic.
      X: `other` gets the messages through X, `c` still nothing; `c`
      unpaused: its consumer gets the N messages.
 
-test_pause_without_a_copy_f3: the same first step on four nodes with a
-topic at factor 3, X the member holding no copy; then the partition's
-replicas changed to take X in (a move), X elected leader, and nothing
-delivered to `c` through X until it is unpaused.
+test_pause_without_a_copy_f3: steps 1 and 2 on four nodes with a topic
+at factor 3, X the member holding no copy; then `c` alone paused through
+X and kept by a restart, the partition's replicas changed to take X in
+(a move), X elected leader: `other` gets the messages through X, `c`
+nothing until it is unpaused.
 
 test_pause_without_a_copy_goes_with_its_topic: the directory the pause
 made on X goes with the topic's deletion; and a pause kept there while X
