@@ -73,13 +73,7 @@ void tn_fanout_channel(uint64_t epoch, char out[32])
 
 bool tn_fanout_is_channel(const char *name)
 {
-    size_t n = strlen(TN_FANOUT_CHANNEL_PREFIX);
-    if (strncmp(name, TN_FANOUT_CHANNEL_PREFIX, n) != 0 || strlen(name) != n + 16)
-        return false;
-    for (const char *p = name + n; *p != '\0'; p++)
-        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-            return false;
-    return true;
+    return tn_name_link_channel(name, strlen(name));
 }
 
 bool tn_fanout_epoch(uint64_t *epoch)

@@ -43,12 +43,13 @@
 #include "core/platform.h"
 
 #include "cluster/router.h"
+#include "core/name.h"
 #include "meta/meta.h"
 #include "queue/queue.h"
 
 typedef struct tn_fanout_s tn_fanout_t;
 
-#define TN_FANOUT_CHANNEL_PREFIX "fanout."
+#define TN_FANOUT_CHANNEL_PREFIX TN_NAME_LINK_PREFIX
 
 /* An attach under way on this node (children.c): its channel exists before
  * its link does, and the sync leaves it alone. Embedded in the caller's

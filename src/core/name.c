@@ -32,3 +32,14 @@ bool tn_name_valid_any(const char *s, size_t len)
         return false;
     return tn_name_valid(s, tn_name_ephemeral(s, len) ? len - TN_NAME_EPHEMERAL_LEN : len);
 }
+
+bool tn_name_link_channel(const char *s, size_t len)
+{
+    if (len != TN_NAME_LINK_PREFIX_LEN + 16 ||
+        memcmp(s, TN_NAME_LINK_PREFIX, TN_NAME_LINK_PREFIX_LEN) != 0)
+        return false;
+    for (size_t i = TN_NAME_LINK_PREFIX_LEN; i < len; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}

@@ -20,4 +20,17 @@ bool tn_name_ephemeral(const char *s, size_t len);
  * TN_NAME_MAX characters in all. */
 bool tn_name_valid_any(const char *s, size_t len);
 
+/* The channels of child-topic links: "fanout." and 16 lowercase hex
+ * digits (api/fanout.h). The node makes, consumes and deletes them
+ * itself; no door lets a client take, settle, pause, empty, delete or
+ * make one, since a message a client took there would never reach the
+ * child. */
+#define TN_NAME_LINK_PREFIX     "fanout."
+#define TN_NAME_LINK_PREFIX_LEN (sizeof(TN_NAME_LINK_PREFIX) - 1)
+/* The doors' refusal, after "channel <name> ". */
+#define TN_NAME_LINK_REFUSED "belongs to the link of a child topic"
+
+/* Whether s (len bytes, borrowed) names a link's channel. */
+bool tn_name_link_channel(const char *s, size_t len);
+
 #endif

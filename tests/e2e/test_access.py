@@ -189,6 +189,44 @@ class OpenDoors(Base):
         self.assertEqual(c.pub(t, b"x"), (FRAME_RESPONSE, b"OK"))
 
 
+    def test_a_child_links_channel_is_no_clients(self):
+        # The channel that copies a parent's messages into its child
+        # (fanout.<epoch>) belongs to the link: no door lets a client, an
+        # admin included, take, settle, pause, empty, delete or make one,
+        # so every message acknowledged to the parent reaches the child.
+        t = self.owned_topic()
+        kid = fresh("seckid")
+        st, _, body = self.request("POST", "/v1/topics",
+                                   json.dumps({"name": kid, "parent": t}).encode(),
+                                   dict(ADMIN, **JSON))
+        self.assertEqual(st, 201, body)
+        st, _, body = self.request("GET", f"/v1/topics/{t}", headers=ADMIN)
+        link = [c for c in json.loads(body)["channels"] if c.startswith("fanout.")][0]
+        reserved = {"error": f"invalid argument: channel {link} belongs to the link of a child "
+                             "topic (fanout. and 16 hex digits name no client's channel)"}
+        for who in (ALICE, ADMIN):
+            for method, path, data in (
+                    ("GET", f"/v1/topics/{t}/consume?channel={link}", None),
+                    ("POST", f"/v1/topics/{t}/ack?channel={link}&receipt_handle=0:1:1", None),
+                    ("POST", f"/v1/topics/{t}/ack/batch?channel={link}", b'["0:1:1"]')):
+                st, _, body = self.request(method, path, data,
+                                           dict(who, **{"X-Tern-Client": "t"}))
+                self.assertEqual((st, json.loads(body)), (400, reserved), path)
+            for op in ("pause", "empty", "delete", "create", "unpause"):
+                st, _, body = self.request("POST", f"/channel/{op}?topic={t}&channel={link}",
+                                           None, who)
+                self.assertEqual(st, 400, (op, body))
+                self.assertEqual(json.loads(body), {"message": "INVALID_ARG_CHANNEL",
+                                                    "error": reserved["error"][18:]}, op)
+        # The link still copies: a message published now reaches the child.
+        c = http.client.HTTPConnection("127.0.0.1", self.http, timeout=30)
+        c.request("POST", f"/v1/topics/{t}/produce", b'{"n":2}', dict(ADMIN, **JSON))
+        self.assertEqual(c.getresponse().status, 202)
+        c.close()
+        st, _, body = self.request("GET", f"/v1/topics/{kid}/consume?wait=5s", headers=ADMIN)
+        self.assertEqual((st, json.loads(body)["payload"]), (200, {"n": 2}), body)
+
+
 class OpenFeed(Base):
     ARGS = ("--websocket-enabled",)
 
@@ -230,6 +268,24 @@ class UsersServeAuth(Base):
         self.assertEqual((st, json.loads(body)), (401, {"message": "AUTH_REQUIRED"}))
         self.assertEqual(self.request("POST", f"/pub?topic={o}", b"m", ADMIN)[0], 200)
         self.assertEqual(self.request("POST", f"/pub?topic={o}", b"m", ALICE)[0], 403)
+
+    def test_a_child_links_channel_is_no_subscribers(self):
+        # SUB to a link's channel is refused by name, whatever the grants.
+        t = self.owned_topic()
+        kid = fresh("seckid")
+        st, _, body = self.request("POST", "/v1/topics",
+                                   json.dumps({"name": kid, "parent": t}).encode(),
+                                   dict(ADMIN, **JSON))
+        self.assertEqual(st, 201, body)
+        st, _, body = self.request("GET", f"/v1/topics/{t}", headers=ADMIN)
+        link = [c for c in json.loads(body)["channels"] if c.startswith("fanout.")][0]
+        c = self.conn(feature_negotiation=True)
+        c.cmd("AUTH", b"alice:alice-pw")
+        self.assertEqual(c.read_frame()[0], FRAME_RESPONSE)
+        kind, data = c.sub(t, link)
+        self.assertEqual(kind, FRAME_ERROR, data)
+        self.assertEqual(data, f"E_BAD_CHANNEL SUB channel name {link} belongs to the link of a "
+                               "child topic".encode())
 
     def test_config_changes_take_an_admin(self):
         # nsqd's PUT /config/:opt changes the node for every topic: an

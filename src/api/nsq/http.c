@@ -1150,6 +1150,17 @@ static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_
             tn_free(m);
             return;
         }
+        if (tn_name_link_channel(m->channel, strlen(m->channel))) {
+            /* A link's channel is the node's own (core/name.h); the name
+             * is valid, so the words say why. */
+            char body[512];
+            snprintf(body, sizeof(body),
+                     "{\"message\":\"INVALID_ARG_CHANNEL\",\"error\":\"channel %s %s\"}",
+                     m->channel, TN__V1_LINK_CHANNEL);
+            answer_json(r, 400, body);
+            tn_free(m);
+            return;
+        }
     }
     /* On a guarded topic: a channel's actions are its consumers' (a
      * consume grant); the topic's, its owner's; creating an existing

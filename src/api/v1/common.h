@@ -12,8 +12,14 @@
 
 #include "api/v1.h"
 #include "auth/passwd.h"
+#include "core/name.h"
 
 #define TN__V1_JSON "application/json; charset=utf-8"
+
+/* Why a link's channel (core/name.h) is refused, after "channel <name> ";
+ * the nsqd door's refusal says it too. */
+#define TN__V1_LINK_CHANNEL                                                                        \
+    TN_NAME_LINK_REFUSED " (fanout. and 16 hex digits name no client's channel)"
 
 /* A read-modify-write of a record (if_unchanged) that loses this many
  * races to other changes answers 409 instead of trying again. */

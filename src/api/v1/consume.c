@@ -24,7 +24,7 @@
 #define EPHEMERAL_SUFFIX "#ephemeral"
 
 /* The `channel` query parameter ("default" when absent) into out; false
- * after answering 400. */
+ * after answering 400 (a link's channel too: core/name.h). */
 static bool query_channel(tn_http_request_t *r, char out[TN_NAME_MAX + 1])
 {
     int rc = tn_http_query(r->head.query, "channel", out, TN_NAME_MAX + 1);
@@ -44,6 +44,12 @@ static bool query_channel(tn_http_request_t *r, char out[TN_NAME_MAX + 1])
     }
     if (rc != 1 || !tn_name_valid(out, n)) {
         tn__v1_error(r, 400, "invalid argument: channel must match [A-Za-z0-9._-]{1,255}", NULL);
+        return false;
+    }
+    if (tn_name_link_channel(out, n)) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "invalid argument: channel %s %s", out, TN__V1_LINK_CHANNEL);
+        tn__v1_error(r, 400, msg, NULL);
         return false;
     }
     return true;
