@@ -119,7 +119,7 @@ int tn_users_seed_root(uv_loop_t *loop, tn_meta_t *meta, const char *data_path,
     int rc = 0;
     if (env_password != NULL && env_password[0] != '\0') {
         s->len = strlen(env_password);
-        if (s->len > TN_PASSWORD_MAX) {
+        if (s->len > TN_BCRYPT_PASSWORD_MAX) {
             seed_free(s);
             return UV_EINVAL;
         }

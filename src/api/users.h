@@ -38,7 +38,8 @@ typedef struct tn_seed_s tn_seed_t;
 
 /* Start seeding (a no-op when users exist). env_password may be NULL.
  * data_path and env_password are copied. While it runs *handle points at
- * it; it sets *handle to NULL when it ends. 0 or an error. */
+ * it; it sets *handle to NULL when it ends. 0 or an error (UV_EINVAL:
+ * env_password is longer than TN_BCRYPT_PASSWORD_MAX, auth/passwd.h). */
 int tn_users_seed_root(uv_loop_t *loop, tn_meta_t *meta, const char *data_path,
                        const char *env_password, tn_seed_t **handle);
 /* The metastore is closing: the seed ends without proposing. */

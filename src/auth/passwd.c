@@ -15,9 +15,9 @@
 
 int tn_bcrypt_hash(const char *password, size_t len, char out[TN_BCRYPT_HASH_MAX + 1])
 {
-    if (len == 0 || len > TN_PASSWORD_MAX || memchr(password, '\0', len) != NULL)
+    if (len == 0 || len > TN_BCRYPT_PASSWORD_MAX || memchr(password, '\0', len) != NULL)
         return UV_EINVAL;
-    char pw[TN_PASSWORD_MAX + 1];
+    char pw[TN_BCRYPT_PASSWORD_MAX + 1];
     memcpy(pw, password, len);
     pw[len] = '\0';
     unsigned char rnd[16];
@@ -41,10 +41,11 @@ int tn_bcrypt_hash(const char *password, size_t len, char out[TN_BCRYPT_HASH_MAX
 
 bool tn_bcrypt_verify(const char *password, size_t len, const char *hash)
 {
-    if (len > TN_PASSWORD_MAX || memchr(password, '\0', len) != NULL ||
+    /* Longer: bcrypt would compare the first 72 bytes only. */
+    if (len > TN_BCRYPT_PASSWORD_MAX || memchr(password, '\0', len) != NULL ||
         strncmp(hash, "$2b$", 4) != 0)
         return false;
-    char pw[TN_PASSWORD_MAX + 1];
+    char pw[TN_BCRYPT_PASSWORD_MAX + 1];
     memcpy(pw, password, len);
     pw[len] = '\0';
     struct crypt_data data;

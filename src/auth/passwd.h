@@ -12,15 +12,20 @@
 
 #define TN_BCRYPT_COST     10
 #define TN_BCRYPT_HASH_MAX 128
-#define TN_PASSWORD_MAX    1024
+#define TN_PASSWORD_MAX    1024 /* what credentials may carry (Basic, NSQ AUTH) */
 #define TN_USERNAME_MAX    64
+/* The longest password a user may have: bcrypt reads no more than 72
+ * bytes, so a longer one would let in every password sharing its first
+ * 72 (Go's x/crypto/bcrypt refuses those too). */
+#define TN_BCRYPT_PASSWORD_MAX 72
 
 /* Hash password into out (a `$2b$10$...` string). 0, UV_EINVAL (empty or
- * longer than TN_PASSWORD_MAX, or with a NUL), or UV_EIO (no randomness or
- * libcrypt refused). bcrypt reads at most 72 bytes of the password. */
+ * longer than TN_BCRYPT_PASSWORD_MAX, or with a NUL), or UV_EIO (no
+ * randomness or libcrypt refused). */
 int tn_bcrypt_hash(const char *password, size_t len, char out[TN_BCRYPT_HASH_MAX + 1]);
 
-/* Whether password matches hash (constant time in the comparison). */
+/* Whether password matches hash (constant time in the comparison); never
+ * for one longer than TN_BCRYPT_PASSWORD_MAX, which no hash was made of. */
 bool tn_bcrypt_verify(const char *password, size_t len, const char *hash);
 
 /* Parse an Authorization header value `Basic <base64(user:password)>`.

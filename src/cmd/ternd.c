@@ -56,6 +56,7 @@
 #include "api/drain.h"
 #include "api/metrics.h"
 #include "api/users.h"
+#include "auth/passwd.h"
 #include "api/v1.h"
 #include "proto/http/guard.h"
 #include "api/fanout.h"
@@ -688,9 +689,14 @@ static void on_meta_ready(void *arg)
         tn_catalog_reconcile(d->catalog);
     if (d->v1.fanout != NULL)
         tn_fanout_sync(d->v1.fanout);
-    int rc =
-        tn_users_seed_root(d->loop, d->meta, d->data_path, getenv("TERN_ADMIN_PASSWORD"), &d->seed);
-    if (rc != 0)
+    const char *pw = getenv("TERN_ADMIN_PASSWORD");
+    int rc = tn_users_seed_root(d->loop, d->meta, d->data_path, pw, &d->seed);
+    if (rc != 0 && pw != NULL && strlen(pw) > TN_BCRYPT_PASSWORD_MAX)
+        TN_LOG(TN_LOG_ERROR,
+               "cannot seed the root user: TERN_ADMIN_PASSWORD is longer than %d bytes (bcrypt "
+               "reads no more); the node stays not ready",
+               TN_BCRYPT_PASSWORD_MAX);
+    else if (rc != 0)
         TN_LOG(TN_LOG_ERROR, "cannot seed the root user: %s", tn_strerror(rc));
 }
 

@@ -552,6 +552,27 @@ class Users(Base):
         self.assertIn(f"audit: admin created user {bob}", self.d.log())
         self.assertIn(f"audit: admin deleted user {bob}", self.d.log())
 
+    def test_a_password_is_at_most_what_bcrypt_reads(self):
+        # bcrypt reads 72 bytes of a password: a longer one would let any
+        # password with the same first 72 bytes in, so none is taken.
+        cat = f"cat{uuid.uuid4().hex[:6]}"
+        long_pw = "p" * 72
+        status, body = self.root("POST", "/v1/users", {"username": cat, "password": long_pw + "X"})
+        self.assertEqual((status, body), (400, {"error": "invalid argument: password must be "
+                                                "1..72 bytes without NUL (bcrypt reads no more)"}))
+        self.assertEqual(self.root("POST", "/v1/users", {"username": cat, "password": long_pw})[0],
+                         201)
+        self.assertEqual(self.as_user((cat, long_pw), "GET", f"/v1/users/{cat}")[0], 200)
+        for wrong in (long_pw + "X", long_pw + "anything else"):
+            self.assertEqual(self.as_user((cat, wrong), "GET", f"/v1/users/{cat}")[0], 401, wrong)
+        for who, body in ((("admin", PASSWORD), {"new_password": long_pw + "Y"}),
+                          ((cat, long_pw), {"current_password": long_pw,
+                                            "new_password": long_pw + "Y"})):
+            status, out = self.as_user(who, "PUT", f"/v1/users/{cat}/password", body)
+            self.assertEqual((status, out), (400, {"error": "invalid argument: new_password must "
+                                                   "be 1..72 bytes (bcrypt reads no more)"}))
+        self.assertEqual(self.root("DELETE", f"/v1/users/{cat}")[0], 204)
+
     def test_concurrent_password_and_grants_changes_both_land(self):
         import threading
         eve = f"eve{uuid.uuid4().hex[:6]}"

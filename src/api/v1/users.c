@@ -155,8 +155,9 @@ static int u_string(void *c, const unsigned char *s, size_t n)
         return 1;
     }
     if (x->depth == 1 && x->field == TN__V1_UF_PASSWORD) {
-        if (n == 0 || n > TN_PASSWORD_MAX || memchr(s, '\0', n) != NULL)
-            return ufail(x, "invalid argument: password must be 1..1024 bytes without NUL");
+        if (n == 0 || n > TN_BCRYPT_PASSWORD_MAX || memchr(s, '\0', n) != NULL)
+            return ufail(x, "invalid argument: password must be 1..72 bytes without NUL (bcrypt "
+                            "reads no more)");
         memcpy(x->password, s, n);
         x->password[n] = '\0';
         x->plen = n;
@@ -821,6 +822,10 @@ static void on_user_password(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 400, err, NULL);
     } else if (!given[1] || nlen == 0) {
         tn__v1_error(r, 400, "invalid argument: new_password required", NULL);
+    } else if (nlen > TN_BCRYPT_PASSWORD_MAX) {
+        tn__v1_error(r, 400,
+                     "invalid argument: new_password must be 1..72 bytes (bcrypt reads no more)",
+                     NULL);
     } else if (!admin && !given[0]) {
         tn__v1_error(r, 400, "invalid argument: current_password required", NULL);
     } else {

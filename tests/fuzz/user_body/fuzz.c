@@ -30,8 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     if (x.seen[TN__V1_UF_USERNAME] && !tn_username_valid(x.username, strlen(x.username)))
         abort();
-    if (x.seen[TN__V1_UF_PASSWORD] &&
-        (x.plen == 0 || x.plen > TN_PASSWORD_MAX || memchr(x.password, '\0', x.plen) != NULL))
+    if (x.seen[TN__V1_UF_PASSWORD] && (x.plen == 0 || x.plen > TN_BCRYPT_PASSWORD_MAX ||
+                                       memchr(x.password, '\0', x.plen) != NULL))
         abort();
     if (x.ngrants > TN_META_MAX_GRANTS)
         abort();
