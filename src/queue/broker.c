@@ -784,7 +784,8 @@ static void gc_topic(tn_broker_t *b, tn_topic_t *t, int64_t now_wall_ns)
     int64_t older = retention ? now_wall_ns - retention : 0;
     if (t->ttl_ms > 0) {
         /* Every record of a segment older than the TTL has expired. */
-        int64_t ttl_older = now_wall_ns - t->ttl_ms * 1000000;
+        int64_t ttl_ns = t->ttl_ms > INT64_MAX / 1000000 ? INT64_MAX : t->ttl_ms * 1000000;
+        int64_t ttl_older = now_wall_ns - ttl_ns;
         if (older == 0 || ttl_older > older)
             older = ttl_older;
     }

@@ -1397,13 +1397,23 @@ static void dead_letter(const cand_t *k, uint32_t attempts)
         on_dlq_published(&d->pub, rc);
 }
 
+/* A lease's deadline: now_ms plus timeout_ms, held at INT64_MAX (a lease
+ * that does not end while the node runs) when the sum would overflow. A
+ * /v1 topic's visibility timeout has no upper bound, as Narad's. */
+static int64_t lease_deadline(int64_t now_ms, int64_t timeout_ms)
+{
+    return timeout_ms > INT64_MAX - now_ms ? INT64_MAX : now_ms + timeout_ms;
+}
+
 static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64_t now_wall)
 {
     tn_chpart_t *cp = k->cp;
     tn_topic_t *t = cp->ch->topic;
     tn_broker_t *b = t->broker;
     uint32_t attempts = k->attempts < 65535 ? k->attempts + 1 : 65535;
-    if (t->ttl_ms > 0 && k->e->publish_ns / 1000000 + t->ttl_ms <= now_wall) {
+    /* Age against the TTL, not publish time plus TTL: the sum of a TTL
+     * as long as int64 allows would overflow and discard at once. */
+    if (t->ttl_ms > 0 && now_wall - k->e->publish_ns / 1000000 >= t->ttl_ms) {
         /* Expired: it leaves the channel undelivered, with no dead letter. */
         record_fin(cp, k->offset);
         t->ttl_discards++;
@@ -1427,7 +1437,7 @@ static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
     tn_lease_t *l;
     uint32_t bytes = k->e->body->len;
     int rc = tn_leases_add(&cp->leases, k->offset, attempts, bytes, &c->owner,
-                           now_mono + c->timeout_ms, &l);
+                           lease_deadline(now_mono, c->timeout_ms), &l);
     if (rc != 0) {
         /* Out of memory: try again soon. */
         pend_add(cp, k->offset, k->attempts, now_mono + 100);
@@ -2014,7 +2024,7 @@ int tn_consumer_touch(tn_consumer_t *c, uint32_t partition, uint64_t offset, boo
     int rc = find_lease(c, partition, offset, check_nonce, nonce, &cp, &l);
     if (rc != 0)
         return rc;
-    tn_leases_touch(&cp->leases, l, tn_now_mono_ms() + timeout_ms);
+    tn_leases_touch(&cp->leases, l, lease_deadline(tn_now_mono_ms(), timeout_ms));
     tn__broker_rewake(cp);
     return 0;
 }

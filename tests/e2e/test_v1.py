@@ -199,6 +199,40 @@ class Secured(Base):
         self.assertEqual((t["durability"], t["max_attempts"]), ("write_ack", 5))
         self.assertEqual((t["retention_ms"], t["visibility_timeout_ms"]), (0, 30000))
 
+    def test_the_longest_timeouts_hold(self):
+        # Narad sets no upper bound on visibility_timeout_ms, nor tern on
+        # ttl_ms: the longest int64 is a lease, or a message's life, that
+        # never ends while the node runs, never one that ended already.
+        big = 2**63 - 1
+        lease = f"v{uuid.uuid4().hex[:10]}"
+        self.assertEqual(self.create({"name": lease, "partitions": 1,
+                                      "visibility_timeout_ms": big})[0], 201)
+        ttl = f"e{uuid.uuid4().hex[:10]}"
+        self.assertEqual(self.create({"name": ttl, "partitions": 1,
+                                      "delivery_mode": "ttl_discard", "ttl_ms": big})[0], 201)
+        api = {"Content-Type": "application/octet-stream"}
+        for t in (lease, ttl):
+            status, _, body = self.request("POST", f"/v1/topics/{t}/produce", b"m",
+                                           ("admin", PASSWORD), api)
+            self.assertEqual(status, 202, body)
+        # The published message is there to take (not discarded at once).
+        status, m = self.admin("GET", f"/v1/topics/{ttl}/consume?wait=5s")
+        self.assertEqual((status, m and m["payload"]), (200, "m"))
+        # Leased, it stays leased: no second delivery, before or after an
+        # extend by the same timeout.
+        status, m = self.admin("GET", f"/v1/topics/{lease}/consume?wait=5s")
+        self.assertEqual((status, m and m["attempts"]), (200, 1))
+        self.assertEqual(self.admin("GET", f"/v1/topics/{lease}/consume?wait=1500ms"), (204, None))
+        status, _, body = self.request(
+            "POST", f"/v1/topics/{lease}/ack?extend=true&receipt_handle={m['receipt_handle']}",
+            None, ("admin", PASSWORD), {"X-Tern-Client": "t"})
+        self.assertEqual(status, 204, body)
+        self.assertEqual(self.admin("GET", f"/v1/topics/{lease}/consume?wait=1500ms"), (204, None))
+        status, _, body = self.request(
+            "POST", f"/v1/topics/{lease}/ack?receipt_handle={m['receipt_handle']}",
+            None, ("admin", PASSWORD), {"X-Tern-Client": "t"})
+        self.assertEqual(status, 204, body)
+
     def test_create_refusals(self):
         cases = [
             ({"nme": "x"}, 'unknown field "nme"'),
