@@ -725,6 +725,28 @@ class NsqdEdges(Base):
         self.assertEqual((st, json.loads(out)["topics"]), (200, []))
 
 
+    def test_an_escaped_nul_is_in_the_name_not_its_end(self):
+        # Go's url.ParseQuery decodes %00 into the value, whose name check
+        # then fails: the name is not what comes before the NUL.
+        t = fresh("nul")
+        self.assertEqual(self.request("POST", f"/topic/create?topic={t}")[0], 200)
+        for path, status, code in (
+                (f"/pub?topic={t}%00x", 400, "INVALID_TOPIC"),
+                (f"/mpub?topic={t}%00", 400, "INVALID_TOPIC"),
+                (f"/topic/create?topic={t}%00x", 400, "INVALID_TOPIC"),
+                (f"/topic/empty?topic={t}%00x", 400, "INVALID_TOPIC"),
+                (f"/topic/delete?topic={t}%00x", 404, "TOPIC_NOT_FOUND"),
+                (f"/channel/create?topic={t}%00x&channel=c", 400, "INVALID_ARG_TOPIC"),
+                (f"/channel/create?topic={t}&channel=c%00x", 400, "INVALID_ARG_CHANNEL"),
+                (f"/pub?topic={t}&defer=5%00", 400, "INVALID_DEFER")):
+            body = b"x" if path.startswith(("/pub", "/mpub")) else b""
+            self.assertEqual(self.http_error("POST", path, body), (status, code), path)
+        ts = self.topic_stats(t)
+        self.assertEqual((ts["message_count"], ts["channels"]), (0, []))
+        st, _, out = self.request("GET", f"/stats?format=json&topic={t}%00")
+        self.assertEqual((st, json.loads(out)["topics"]), (200, None))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)

@@ -233,6 +233,29 @@ class Secured(Base):
             None, ("admin", PASSWORD), {"X-Tern-Client": "t"})
         self.assertEqual(status, 204, body)
 
+    def test_an_escaped_nul_is_refused_not_cut_off(self):
+        # A query value carrying %00 is no name, key or handle: 400, never
+        # the part before the NUL.
+        t = f"n{uuid.uuid4().hex[:10]}"
+        self.assertEqual(self.create({"name": t, "partitions": 1})[0], 201)
+        auth, api = ("admin", PASSWORD), {"X-Tern-Client": "t"}
+        for method, path, why in (
+                ("POST", f"/v1/topics/{t}/produce?key=k%00x", "invalid argument: key is "
+                 "malformed or longer than 1024 bytes"),
+                ("GET", f"/v1/topics/{t}/consume?channel=default%00x", "invalid argument: "
+                 "channel must match [A-Za-z0-9._-]{1,255}"),
+                ("GET", f"/v1/topics/{t}/consume?wait=1s%00", "invalid argument: wait must be "
+                 "a duration such as 500ms or 5s"),
+                ("POST", f"/v1/topics/{t}/ack?receipt_handle=0:0:1%00", "receipt handle is "
+                 "malformed"),
+                ("GET", f"/v1/topics?page_token=a%00", "invalid page_token")):
+            status, _, body = self.request(method, path, b"m" if "produce" in path else None,
+                                           auth, api)
+            self.assertEqual((status, json.loads(body)), (400, {"error": why}), path)
+        status, rec = self.admin("GET", f"/v1/topics/{t}")
+        self.assertEqual((rec["channels"], rec["partition_stats"][0]["next_offset"]),
+                         (["default"], 0))
+
     def test_create_refusals(self):
         cases = [
             ({"nme": "x"}, 'unknown field "nme"'),

@@ -688,7 +688,10 @@ static bool topic_arg(tn_http_request_t *r, char *topic, size_t len)
         return false;
     }
     int rc = tn_http_query(r->head.query, "topic", topic, len);
-    if (rc == TN_ETOOBIG) { /* too long to be any topic's name: there, but invalid */
+    /* Too long to be any topic's name, or holding a NUL (the only escape
+     * query_ok lets through that tn_http_query refuses): there, but
+     * invalid. */
+    if (rc == TN_ETOOBIG || rc == UV_EINVAL) {
         topic[0] = '\0';
         return true;
     }
@@ -1136,7 +1139,7 @@ static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_
     }
     if (channel_op) {
         int rc = tn_http_query(r->head.query, "channel", m->channel, sizeof(m->channel));
-        if (rc == TN_ETOOBIG) { /* too long: there, but invalid */
+        if (rc == TN_ETOOBIG || rc == UV_EINVAL) { /* too long, or a NUL: there, but invalid */
             m->channel[0] = '\0';
             rc = 1;
         }

@@ -414,7 +414,9 @@ int tn_http_query(tn_iov_t query, const char *name, char *out, size_t outlen)
                     if (k + 2 >= vlen)
                         return UV_EINVAL;
                     int hi = hexval(v[k + 1]), lo = hexval(v[k + 2]);
-                    if (hi < 0 || lo < 0)
+                    /* %00 too: out is a C string, and a value cut at its
+                     * NUL would be another value than the one sent. */
+                    if (hi < 0 || lo < 0 || hi + lo == 0)
                         return UV_EINVAL;
                     c = (char)(hi * 16 + lo);
                     k += 2;

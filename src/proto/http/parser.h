@@ -82,7 +82,8 @@ int tn_http_chunked_decode(tn_http_chunked_t *d, const char *in, size_t len, siz
 /* Find query parameter name in query (a=b&c=d) and percent-decode its
  * value (`+` is a space) into out (NUL-terminated). Returns 1 found, 0 not
  * found, TN_ETOOBIG (the value does not fit outlen), UV_EINVAL (a bad
- * escape). A parameter given without `=` has the empty value. */
+ * escape, or %00: a value holding a NUL is no C string). A parameter
+ * given without `=` has the empty value. */
 int tn_http_query(tn_iov_t query, const char *name, char *out, size_t outlen);
 
 #endif

@@ -208,6 +208,11 @@ static void test_query_escapes(void **state)
     assert_int_equal(tn_http_query(q, "c", v, sizeof(v)), UV_EINVAL);
     assert_int_equal(tn_http_query(q, "d", v, sizeof(v)), UV_EINVAL);
     assert_int_equal(tn_http_query(tn_iov(NULL, 0), "a", v, sizeof(v)), 0);
+    /* A NUL would cut the value short: refused, not "x". */
+    q = tn_iov("e=x%00y&f=%10", 13);
+    assert_int_equal(tn_http_query(q, "e", v, sizeof(v)), UV_EINVAL);
+    assert_int_equal(tn_http_query(q, "f", v, sizeof(v)), 1);
+    assert_string_equal(v, "\x10");
 }
 
 int main(void)
