@@ -2026,10 +2026,12 @@ int tn_backup_new(uv_loop_t *loop, tn_v1_t *v, tn_ilog_t *ilog, const tn_backup_
 
 int tn_backup_register(tn_http_server_t *srv, tn_backup_t *bk)
 {
-    int rc = tn_http_route(srv, "POST", "/v1/backup", 0, NULL, on_post, bk);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/backup/{id}", 0, NULL, on_manifest, bk);
-    rc = rc ? rc : tn_http_route(srv, "DELETE", "/v1/backup/{id}", 0, NULL, on_delete, bk);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/backup/{id}/file", 0, NULL, on_file, bk);
+    int rc = tn_http_route(srv, "POST", "/v1/backup", 0, TN__V1_NO_BODY, on_post, bk);
+    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/backup/{id}", 0, TN__V1_NO_BODY, on_manifest, bk);
+    rc =
+        rc ? rc : tn_http_route(srv, "DELETE", "/v1/backup/{id}", 0, TN__V1_NO_BODY, on_delete, bk);
+    rc =
+        rc ? rc : tn_http_route(srv, "GET", "/v1/backup/{id}/file", 0, TN__V1_NO_BODY, on_file, bk);
     return rc;
 }
 

@@ -256,6 +256,26 @@ class Secured(Base):
         self.assertEqual((rec["channels"], rec["partition_stats"][0]["next_offset"]),
                          (["default"], 0))
 
+    def test_a_body_too_large_is_a_v1_error(self):
+        # /v1 errors are {"error": ...}, the 413 of a body over its route's
+        # limit (or of a body where the route takes none) too.
+        t = f"b{uuid.uuid4().hex[:10]}"
+        self.assertEqual(self.create({"name": t, "partitions": 1})[0], 201)
+        auth = ("admin", PASSWORD)
+        octet = {"Content-Type": "application/octet-stream"}
+        for method, path, body, headers, why in (
+                ("POST", f"/v1/topics/{t}/produce", b"m" * (1024 * 1024 + 1), octet,
+                 "request body too large"),
+                ("POST", "/v1/topics", b" " * (1024 * 1024 + 1), {"Content-Type":
+                 "application/json"}, "request body too large"),
+                ("POST", f"/v1/topics/{t}/ack?receipt_handle=0:0:1", b"x",
+                 {"X-Tern-Client": "t"}, "this request takes no body"),
+                ("GET", f"/v1/topics/{t}/consume", b"x", {}, "this request takes no body"),
+                ("DELETE", f"/v1/topics/{t}", b"x", {}, "this request takes no body")):
+            status, _, out = self.request(method, path, body, auth, headers)
+            self.assertEqual((status, json.loads(out)), (413, {"error": why}), path)
+        self.assertEqual(self.admin("GET", f"/v1/topics/{t}")[0], 200)  # not deleted
+
     def test_create_refusals(self):
         cases = [
             ({"nme": "x"}, 'unknown field "nme"'),

@@ -461,11 +461,12 @@ static void on_children(tn_http_request_t *r, void *arg)
 int tn__v1_children_register(tn_http_server_t *srv, tn_v1_t *v)
 {
     int rc = tn_http_route(srv, "POST", "/v1/topics/{topic}/children", TN_JSON_MAX_BODY,
-                           "request body too large", on_attach, v);
-    rc =
-        rc ? rc : tn_http_route(srv, "GET", "/v1/topics/{topic}/children", 0, NULL, on_children, v);
+                           TN__V1_TOO_BIG, on_attach, v);
     rc = rc ? rc
-            : tn_http_route(srv, "DELETE", "/v1/topics/{topic}/children/{child}", 0, NULL,
+            : tn_http_route(srv, "GET", "/v1/topics/{topic}/children", 0, TN__V1_NO_BODY,
+                            on_children, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "DELETE", "/v1/topics/{topic}/children/{child}", 0, TN__V1_NO_BODY,
                             on_detach, v);
     return rc;
 }

@@ -760,18 +760,18 @@ static void on_force_leader(tn_http_request_t *r, void *arg)
 
 int tn__v1_cluster_register(tn_http_server_t *srv, tn_v1_t *v)
 {
-    int rc = tn_http_route(srv, "GET", "/v1/cluster/members", 0, NULL, on_members, v);
+    int rc = tn_http_route(srv, "GET", "/v1/cluster/members", 0, TN__V1_NO_BODY, on_members, v);
     rc = rc ? rc
-            : tn_http_route(srv, "POST", "/v1/cluster/members/{id}/decommission", 0, NULL,
+            : tn_http_route(srv, "POST", "/v1/cluster/members/{id}/decommission", 0, TN__V1_NO_BODY,
                             on_decommission, v);
     rc = rc ? rc
-            : tn_http_route(srv, "DELETE", "/v1/cluster/members/{id}/decommission", 0, NULL,
-                            on_recommission, v);
-    rc =
-        rc ? rc
-           : tn_http_route(srv, "DELETE", "/v1/cluster/members/{id}", 0, NULL, on_remove_member, v);
+            : tn_http_route(srv, "DELETE", "/v1/cluster/members/{id}/decommission", 0,
+                            TN__V1_NO_BODY, on_recommission, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "DELETE", "/v1/cluster/members/{id}", 0, TN__V1_NO_BODY,
+                            on_remove_member, v);
     rc = rc ? rc
             : tn_http_route(srv, "POST", "/v1/topics/{topic}/partitions/{p}/leader",
-                            TN_JSON_MAX_BODY, "request body too large", on_force_leader, v);
+                            TN_JSON_MAX_BODY, TN__V1_TOO_BIG, on_force_leader, v);
     return rc;
 }

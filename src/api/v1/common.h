@@ -16,6 +16,11 @@
 
 #define TN__V1_JSON "application/json; charset=utf-8"
 
+/* The 413s of /v1 routes (tn_http_route's too_big): a body over the
+ * route's limit, and one sent to a route that takes none. */
+#define TN__V1_TOO_BIG "{\"error\":\"request body too large\"}"
+#define TN__V1_NO_BODY "{\"error\":\"this request takes no body\"}"
+
 /* Why a link's channel (core/name.h) is refused, after "channel <name> ";
  * the nsqd door's refusal says it too. */
 #define TN__V1_LINK_CHANNEL                                                                        \

@@ -330,10 +330,12 @@ static void on_ack_batch(tn_http_request_t *r, void *arg)
 
 int tn__v1_consume_register(tn_http_server_t *srv, tn_v1_t *v)
 {
-    int rc = tn_http_route(srv, "GET", "/v1/topics/{topic}/consume", 0, NULL, on_consume, v);
-    rc = rc ? rc : tn_http_route(srv, "POST", "/v1/topics/{topic}/ack", 0, NULL, on_ack, v);
+    int rc =
+        tn_http_route(srv, "GET", "/v1/topics/{topic}/consume", 0, TN__V1_NO_BODY, on_consume, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/v1/topics/{topic}/ack", 0, TN__V1_NO_BODY, on_ack, v);
     rc = rc ? rc
             : tn_http_route(srv, "POST", "/v1/topics/{topic}/ack/batch", TN_JSON_MAX_BODY,
-                            "request body too large", on_ack_batch, v);
+                            TN__V1_TOO_BIG, on_ack_batch, v);
     return rc;
 }

@@ -81,9 +81,7 @@ int tn__v1_drain_register(tn_http_server_t *srv, tn_v1_t *v)
 {
     if (v->drain == NULL)
         return 0;
-    int rc = tn_http_route(srv, "GET", "/v1/drain", 0, NULL, on_drain_get, v);
-    rc = rc ? rc
-            : tn_http_route(srv, "POST", "/v1/drain", 4096, "request body too large", on_drain_post,
-                            v);
+    int rc = tn_http_route(srv, "GET", "/v1/drain", 0, TN__V1_NO_BODY, on_drain_get, v);
+    rc = rc ? rc : tn_http_route(srv, "POST", "/v1/drain", 4096, TN__V1_TOO_BIG, on_drain_post, v);
     return rc;
 }

@@ -754,10 +754,12 @@ static void on_abort(tn_http_request_t *r, void *arg)
 
 int tn__v1_moves_register(tn_http_server_t *srv, tn_v1_t *v)
 {
-    int rc = tn_http_route(srv, "GET", "/v1/cluster/moves", 0, NULL, on_list, v);
-    rc = rc ? rc : tn_http_route(srv, "DELETE", "/v1/cluster/moves/{id}", 0, NULL, on_abort, v);
+    int rc = tn_http_route(srv, "GET", "/v1/cluster/moves", 0, TN__V1_NO_BODY, on_list, v);
+    rc =
+        rc ? rc
+           : tn_http_route(srv, "DELETE", "/v1/cluster/moves/{id}", 0, TN__V1_NO_BODY, on_abort, v);
     rc = rc ? rc
             : tn_http_route(srv, "PATCH", "/v1/topics/{topic}/partitions/{p}", TN_JSON_MAX_BODY,
-                            "request body too large", on_move, v);
+                            TN__V1_TOO_BIG, on_move, v);
     return rc;
 }

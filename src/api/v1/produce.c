@@ -327,9 +327,9 @@ static void on_produce_batch(tn_http_request_t *r, void *arg)
 int tn__v1_produce_register(tn_http_server_t *srv, tn_v1_t *v)
 {
     int rc = tn_http_route(srv, "POST", "/v1/topics/{topic}/produce", v->o.max_msg_size,
-                           "request body too large", on_produce, v);
+                           TN__V1_TOO_BIG, on_produce, v);
     rc = rc ? rc
             : tn_http_route(srv, "POST", "/v1/topics/{topic}/produce/batch", TN_V1_BATCH_MAX_BODY,
-                            "request body too large", on_produce_batch, v);
+                            TN__V1_TOO_BIG, on_produce_batch, v);
     return rc;
 }

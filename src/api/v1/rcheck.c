@@ -505,8 +505,8 @@ int tn__v1_rcheck_register(tn_http_server_t *srv, tn_v1_t *v)
         rs->v = v;
         v->rchecks = rs;
     }
-    return tn_http_route(srv, "POST", "/v1/remotes/{name}/check", TN_JSON_MAX_BODY,
-                         "request body too large", on_check, v);
+    return tn_http_route(srv, "POST", "/v1/remotes/{name}/check", TN_JSON_MAX_BODY, TN__V1_TOO_BIG,
+                         on_check, v);
 }
 
 void tn__v1_rcheck_close(tn_v1_t *v)

@@ -219,8 +219,10 @@ static void on_status(tn_http_request_t *r, void *arg)
 
 int tn__v1_rebalance_register(tn_http_server_t *srv, tn_v1_t *v)
 {
-    int rc = tn_http_route(srv, "POST", "/v1/cluster/rebalance", 0,
-                           "POST /v1/cluster/rebalance takes no body", on_rebalance, v);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/cluster/rebalance", 0, NULL, on_status, v);
+    int rc =
+        tn_http_route(srv, "POST", "/v1/cluster/rebalance", 0,
+                      "{\"error\":\"POST /v1/cluster/rebalance takes no body\"}", on_rebalance, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "GET", "/v1/cluster/rebalance", 0, TN__V1_NO_BODY, on_status, v);
     return rc;
 }

@@ -827,19 +827,21 @@ int tn__v1_remotes_register(tn_http_server_t *srv, tn_v1_t *v)
         v->o.cluster_secret = NULL;
         v->o.remotes_guard = NULL;
     }
-    int rc = tn_http_route(srv, "GET", "/v1/remotes", 0, NULL, on_list, v);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/remotes/{name}", 0, NULL, on_get, v);
+    int rc = tn_http_route(srv, "GET", "/v1/remotes", 0, TN__V1_NO_BODY, on_list, v);
+    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/remotes/{name}", 0, TN__V1_NO_BODY, on_get, v);
     rc = rc ? rc
-            : tn_http_route(srv, "POST", "/v1/remotes", TN_JSON_MAX_BODY, "request body too large",
-                            on_create, v);
+            : tn_http_route(srv, "POST", "/v1/remotes", TN_JSON_MAX_BODY, TN__V1_TOO_BIG, on_create,
+                            v);
     rc = rc ? rc
-            : tn_http_route(srv, "PATCH", "/v1/remotes/{name}", TN_JSON_MAX_BODY,
-                            "request body too large", on_patch, v);
-    rc = rc ? rc : tn_http_route(srv, "DELETE", "/v1/remotes/{name}", 0, NULL, on_delete, v);
+            : tn_http_route(srv, "PATCH", "/v1/remotes/{name}", TN_JSON_MAX_BODY, TN__V1_TOO_BIG,
+                            on_patch, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "DELETE", "/v1/remotes/{name}", 0, TN__V1_NO_BODY, on_delete, v);
     rc = rc ? rc : tn__v1_rcheck_register(srv, v);
 #ifdef TN_TEST
     rc = rc ? rc
-            : tn_http_route(srv, "POST", "/v1/remotes/{name}/test-tamper", 0, NULL, on_tamper, v);
+            : tn_http_route(srv, "POST", "/v1/remotes/{name}/test-tamper", 0, TN__V1_NO_BODY,
+                            on_tamper, v);
 #endif
     return rc;
 }

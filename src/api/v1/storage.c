@@ -170,6 +170,7 @@ static void on_scrub_get(tn_http_request_t *r, void *arg)
 
 int tn__v1_storage_register(tn_http_server_t *srv, tn_v1_t *v)
 {
-    int rc = tn_http_route(srv, "POST", "/v1/storage/scrub", 0, NULL, on_scrub_post, v);
-    return rc ? rc : tn_http_route(srv, "GET", "/v1/storage/scrub", 0, NULL, on_scrub_get, v);
+    int rc = tn_http_route(srv, "POST", "/v1/storage/scrub", 0, TN__V1_NO_BODY, on_scrub_post, v);
+    return rc ? rc
+              : tn_http_route(srv, "GET", "/v1/storage/scrub", 0, TN__V1_NO_BODY, on_scrub_get, v);
 }

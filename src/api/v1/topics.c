@@ -1034,14 +1034,17 @@ static void on_topic_delete(tn_http_request_t *r, void *arg)
 
 int tn__v1_topics_register(tn_http_server_t *srv, tn_v1_t *v)
 {
-    int rc = tn_http_route(srv, "GET", "/v1/topics", 0, NULL, on_topics_list, v);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/topics/{topic}", 0, NULL, on_topic_get, v);
+    int rc = tn_http_route(srv, "GET", "/v1/topics", 0, TN__V1_NO_BODY, on_topics_list, v);
     rc = rc ? rc
-            : tn_http_route(srv, "POST", "/v1/topics", TN_JSON_MAX_BODY, "request body too large",
+            : tn_http_route(srv, "GET", "/v1/topics/{topic}", 0, TN__V1_NO_BODY, on_topic_get, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/v1/topics", TN_JSON_MAX_BODY, TN__V1_TOO_BIG,
                             on_topic_create, v);
-    rc = rc ? rc : tn_http_route(srv, "DELETE", "/v1/topics/{topic}", 0, NULL, on_topic_delete, v);
     rc = rc ? rc
-            : tn_http_route(srv, "PATCH", "/v1/topics/{topic}", TN_JSON_MAX_BODY,
-                            "request body too large", on_topic_patch, v);
+            : tn_http_route(srv, "DELETE", "/v1/topics/{topic}", 0, TN__V1_NO_BODY, on_topic_delete,
+                            v);
+    rc = rc ? rc
+            : tn_http_route(srv, "PATCH", "/v1/topics/{topic}", TN_JSON_MAX_BODY, TN__V1_TOO_BIG,
+                            on_topic_patch, v);
     return rc;
 }

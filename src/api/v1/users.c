@@ -962,18 +962,21 @@ int tn__v1_users_register(tn_http_server_t *srv, tn_v1_t *v)
         v->users = tn_calloc(1, sizeof(hashq_t));
     if (v->users == NULL)
         return UV_ENOMEM;
-    int rc = tn_http_route(srv, "GET", "/v1/users", 0, NULL, on_users_list, v);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/users/{username}", 0, NULL, on_user_get, v);
+    int rc = tn_http_route(srv, "GET", "/v1/users", 0, TN__V1_NO_BODY, on_users_list, v);
     rc = rc ? rc
-            : tn_http_route(srv, "POST", "/v1/users", TN_JSON_MAX_BODY, "request body too large",
+            : tn_http_route(srv, "GET", "/v1/users/{username}", 0, TN__V1_NO_BODY, on_user_get, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/v1/users", TN_JSON_MAX_BODY, TN__V1_TOO_BIG,
                             on_user_create, v);
-    rc = rc ? rc : tn_http_route(srv, "DELETE", "/v1/users/{username}", 0, NULL, on_user_delete, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "DELETE", "/v1/users/{username}", 0, TN__V1_NO_BODY,
+                            on_user_delete, v);
     rc = rc ? rc
             : tn_http_route(srv, "PUT", "/v1/users/{username}/grants", TN_JSON_MAX_BODY,
-                            "request body too large", on_user_grants, v);
+                            TN__V1_TOO_BIG, on_user_grants, v);
     rc = rc ? rc
             : tn_http_route(srv, "PUT", "/v1/users/{username}/password", TN_JSON_MAX_BODY,
-                            "request body too large", on_user_password, v);
+                            TN__V1_TOO_BIG, on_user_password, v);
     return rc;
 }
 

@@ -509,7 +509,10 @@ static void write_answer(conn_t *c, int minor, int status, const char *ctype, co
 static void answer_error(conn_t *c, int minor, int status, const char *message, bool close)
 {
     char body[256];
-    int n = snprintf(body, sizeof(body), "{\"message\":\"%s\"}", message);
+    /* A route's too_big may be a whole JSON document (tn_http_route). */
+    int n = message[0] == '{' ? snprintf(body, sizeof(body), "%s", message)
+                              : snprintf(body, sizeof(body), "{\"message\":\"%s\"}", message);
+    n = TN_MIN(n, (int)sizeof(body) - 1);
     if (close)
         c->close_after = true;
     char extra[256];

@@ -128,8 +128,10 @@ void tn_http_server_end_keepalive(tn_http_server_t *s);
  * tn_http_param); exact routes and patterns are tried in the order they
  * were added. max_body bounds the request body
  * (0: no body allowed), and a larger one is answered 413 with
- * {"message": too_big} (NULL: "BODY_TOO_BIG"; borrowed for the server's
- * lifetime). Several methods may share a path. 0 or UV_ENOMEM. */
+ * {"message": too_big} (NULL: "BODY_TOO_BIG"), or with too_big itself
+ * when it starts with `{` (a whole JSON document, under 256 bytes: the
+ * /v1 routes' {"error": ...}); borrowed for the server's lifetime.
+ * Several methods may share a path. 0 or UV_ENOMEM. */
 int tn_http_route(tn_http_server_t *s, const char *method, const char *path, uint64_t max_body,
                   const char *too_big, tn_http_handler_cb handler, void *arg);
 
