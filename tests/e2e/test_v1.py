@@ -91,6 +91,24 @@ class Secured(Base):
         # Non-/v1 doors are not affected.
         self.assertEqual(self.request("GET", "/ping")[0], 200)
 
+    def test_credentials_given_twice_are_refused(self):
+        # Two Authorization headers: tern would read one and a proxy in
+        # front of it may have judged the other, so neither counts.
+        admin, nobody = basic("admin", PASSWORD), basic("nobody", "x")
+        for first, second in ((nobody, admin), (admin, nobody), (admin, admin)):
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+            s.sendall(f"GET /v1/users/admin HTTP/1.1\r\nHost: t\r\nAuthorization: {first}\r\n"
+                      f"Authorization: {second}\r\nConnection: close\r\n\r\n".encode())
+            out = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+            s.close()
+            self.assertTrue(out.startswith(b"HTTP/1.1 400 "), out)
+            self.assertNotIn(b'"username"', out)
+
     def test_refused_before_reading_a_body(self):
         s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
         s.sendall(b"POST /v1/topics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")

@@ -153,10 +153,11 @@ static int parse_header(const char *line, size_t len, tn_http_req_t *req)
     return 0;
 }
 
-/* Content-Length, Transfer-Encoding, Host, Connection, Expect. */
+/* Content-Length, Transfer-Encoding, Host, Authorization, Connection,
+ * Expect. */
 static int check_headers(tn_http_req_t *req)
 {
-    bool host = false, te = false;
+    bool host = false, te = false, auth = false;
     bool conn_close = false, conn_keep = false;
     for (uint32_t k = 0; k < req->nheaders; k++) {
         tn_http_header_t *h = &req->headers[k];
@@ -181,6 +182,11 @@ static int check_headers(tn_http_req_t *req)
             if (host)
                 return fail(req, 400, "more than one Host header");
             host = true;
+        } else if (iov_ieq(h->name, "authorization")) {
+            /* Whose credentials: a proxy in front may have read the other. */
+            if (auth)
+                return fail(req, 400, "more than one Authorization header");
+            auth = true;
         } else if (iov_ieq(h->name, "connection")) {
             conn_close = conn_close || has_token(h->value, "close");
             conn_keep = conn_keep || has_token(h->value, "keep-alive");

@@ -15,7 +15,8 @@
  *     most the caller's max_head bytes (431).
  *   - Content-Length: digits only; several must agree; together with
  *     Transfer-Encoding it is 400. Transfer-Encoding other than `chunked`
- *     is 501. HTTP/1.1 needs Host (400). `Expect: 100-continue` is noted;
+ *     is 501. HTTP/1.1 needs Host (400). Host and Authorization come at
+ *     most once (400). `Expect: 100-continue` is noted;
  *     other expectations are 417.
  *
  * Every span points into the parsed buffer (borrowed). Thread safety: pure

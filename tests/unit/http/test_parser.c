@@ -114,6 +114,10 @@ static void test_strictness(void **state)
     expect_status("GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n", 400);
     expect_status("GET / HTTP/1.1\r\nHost: a\r\nX: a\x7f\r\n\r\n", 400);
     expect_status("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400);
+    /* Whose credentials? A proxy may read the other one. */
+    expect_status("GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Basic eDp5\r\n"
+                  "authorization: Basic eDp5\r\n\r\n",
+                  400);
     /* Request smuggling vectors. */
     expect_status("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
                   400);
