@@ -65,6 +65,18 @@ class Base(doors.Base):
         c.close()
         return t
 
+    def linked_topics(self):
+        """An owned topic (holding one message), a child of it, and the
+        name of the link's channel on the parent."""
+        t = self.owned_topic()
+        kid = fresh("seckid")
+        st, _, body = self.request("POST", "/v1/topics",
+                                   json.dumps({"name": kid, "parent": t}).encode(),
+                                   dict(ADMIN, **JSON))
+        self.assertEqual(st, 201, body)
+        st, _, body = self.request("GET", f"/v1/topics/{t}", headers=ADMIN)
+        return t, kid, [c for c in json.loads(body)["channels"] if c.startswith("fanout.")][0]
+
     def next_offset(self, t):
         st, _, body = self.request("GET", f"/v1/topics/{t}", headers=ADMIN)
         self.assertEqual(st, 200, body)
@@ -194,14 +206,7 @@ class OpenDoors(Base):
         # (fanout.<epoch>) belongs to the link: no door lets a client, an
         # admin included, take, settle, pause, empty, delete or make one,
         # so every message acknowledged to the parent reaches the child.
-        t = self.owned_topic()
-        kid = fresh("seckid")
-        st, _, body = self.request("POST", "/v1/topics",
-                                   json.dumps({"name": kid, "parent": t}).encode(),
-                                   dict(ADMIN, **JSON))
-        self.assertEqual(st, 201, body)
-        st, _, body = self.request("GET", f"/v1/topics/{t}", headers=ADMIN)
-        link = [c for c in json.loads(body)["channels"] if c.startswith("fanout.")][0]
+        t, kid, link = self.linked_topics()
         reserved = {"error": f"invalid argument: channel {link} belongs to the link of a child "
                              "topic (fanout. and 16 hex digits name no client's channel)"}
         for who in (ALICE, ADMIN):
@@ -271,14 +276,7 @@ class UsersServeAuth(Base):
 
     def test_a_child_links_channel_is_no_subscribers(self):
         # SUB to a link's channel is refused by name, whatever the grants.
-        t = self.owned_topic()
-        kid = fresh("seckid")
-        st, _, body = self.request("POST", "/v1/topics",
-                                   json.dumps({"name": kid, "parent": t}).encode(),
-                                   dict(ADMIN, **JSON))
-        self.assertEqual(st, 201, body)
-        st, _, body = self.request("GET", f"/v1/topics/{t}", headers=ADMIN)
-        link = [c for c in json.loads(body)["channels"] if c.startswith("fanout.")][0]
+        t, kid, link = self.linked_topics()
         c = self.conn(feature_negotiation=True)
         c.cmd("AUTH", b"alice:alice-pw")
         self.assertEqual(c.read_frame()[0], FRAME_RESPONSE)

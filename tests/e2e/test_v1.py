@@ -59,6 +59,20 @@ class Base(unittest.TestCase):
         finally:
             c.close()
 
+    def raw(self, data):
+        """What the server answers to data (bytes) sent as they are, up to
+        its closing the connection."""
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        s.sendall(data)
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+        s.close()
+        return out
+
     def admin(self, method, path, body=None):
         status, _, data = self.request(method, path, body, ("admin", PASSWORD))
         return status, json.loads(data) if data else None
@@ -96,29 +110,13 @@ class Secured(Base):
         # front of it may have judged the other, so neither counts.
         admin, nobody = basic("admin", PASSWORD), basic("nobody", "x")
         for first, second in ((nobody, admin), (admin, nobody), (admin, admin)):
-            s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
-            s.sendall(f"GET /v1/users/admin HTTP/1.1\r\nHost: t\r\nAuthorization: {first}\r\n"
-                      f"Authorization: {second}\r\nConnection: close\r\n\r\n".encode())
-            out = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                out += chunk
-            s.close()
+            out = self.raw(f"GET /v1/users/admin HTTP/1.1\r\nHost: t\r\nAuthorization: {first}"
+                           f"\r\nAuthorization: {second}\r\nConnection: close\r\n\r\n".encode())
             self.assertTrue(out.startswith(b"HTTP/1.1 400 "), out)
             self.assertNotIn(b'"username"', out)
 
     def test_refused_before_reading_a_body(self):
-        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
-        s.sendall(b"POST /v1/topics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        s.close()
+        data = self.raw(b"POST /v1/topics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")
         self.assertTrue(data.startswith(b"HTTP/1.1 401 "), data[:100])
 
     def test_topics_list_get_and_stats(self):
