@@ -300,6 +300,13 @@ class Secured(Base):
             ({"name": "x", "partitions": 0}, "partitions must be 1..108"),
             ({"name": "x", "partitions": 109}, "partitions must be 1..108"),
             ({"name": "x", "partitions": "3"}, 'field "partitions" must be an integer'),
+            # JSON sets no limit on numbers: one past int64 is out of range,
+            # not a body that is not well-formed.
+            ({"name": "x", "partitions": 10**30},
+             'invalid json: field "partitions" is out of range (a 64-bit integer)'),
+            ({"name": "x", "retention_ms": -10**19},
+             'invalid json: field "retention_ms" is out of range (a 64-bit integer)'),
+            ({"name": 10**30}, 'invalid json: field "name" must be a string'),
             ({"name": "x", "delivery_mode": "fast"}, "delivery_mode must be"),
             ({"name": "x", "delivery_mode": "ttl_discard"}, "needs ttl_ms > 0"),
             ({"name": "x", "ttl_ms": 5}, "needs delivery_mode ttl_discard"),

@@ -6,7 +6,9 @@
 #include "core/alloc.h"
 #include "core/arena.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <uv.h>
@@ -102,6 +104,31 @@ static int on_double(void *c, double d)
     return scalar(c, -1, 0, 0, NULL, 0);
 }
 
+/* A number as its text (yajl's number callback, so that an integer
+ * past int64 is named here: yajl's own integer parsing fails the whole
+ * body as not well-formed, though JSON sets numbers no limit). */
+static int on_number(void *c, const char *s, size_t n)
+{
+    ctx_t *x = c;
+    if (memchr(s, '.', n) != NULL || memchr(s, 'e', n) != NULL || memchr(s, 'E', n) != NULL)
+        return on_double(c, 0);
+    /* JSON has no leading zeros: 21 characters are past int64 already. */
+    char buf[24];
+    long long v = 0;
+    bool range = n < sizeof(buf);
+    if (range) {
+        memcpy(buf, s, n);
+        buf[n] = '\0';
+        errno = 0;
+        v = strtoll(buf, NULL, 10);
+        range = errno != ERANGE;
+    }
+    if (!range && x->depth == 1 && x->field >= 0 && x->fields[x->field].type == TN_JF_INT)
+        return fail(x, "invalid json: field \"%s\" is out of range (a 64-bit integer)",
+                    x->fields[x->field].name);
+    return on_int(c, v); /* in range, or a number where none is due: its own error */
+}
+
 static int on_string(void *c, const unsigned char *s, size_t n)
 {
     return scalar(c, TN_JF_STR, 0, 0, s, n);
@@ -154,7 +181,7 @@ static int on_end_array(void *c)
 }
 
 static const yajl_callbacks callbacks = {
-    on_null,      on_bool,    on_int,     on_double,      NULL,         on_string,
+    on_null,      on_bool,    NULL,       NULL,           on_number,    on_string,
     on_start_map, on_map_key, on_end_map, on_start_array, on_end_array,
 };
 

@@ -44,6 +44,10 @@ static void test_fields(void **state)
     assert_int_equal(decode("{}", &b, present, err), 0);
     assert_int_equal(decode("{\"partitions\":-3}", &b, present, err), 0);
     assert_int_equal(b.partitions, -3);
+    assert_int_equal(decode("{\"partitions\":9223372036854775807}", &b, present, err), 0);
+    assert_true(b.partitions == INT64_MAX);
+    assert_int_equal(decode("{\"partitions\":-9223372036854775808}", &b, present, err), 0);
+    assert_true(b.partitions == INT64_MIN);
     assert_int_equal(decode("{\"name\":\"\\u00e9t\\u00e9\"}", &b, present, err), 0);
 }
 
@@ -74,7 +78,13 @@ static void test_refusals(void **state)
     refused("", "not well-formed");
     refused("{\"name\":\"x\"} {}", "not well-formed");
     refused("{\"name\":\"x\"", "not well-formed");
-    refused("{\"partitions\":99999999999999999999}", "not well-formed");
+    /* JSON sets numbers no limit: past int64 is out of range, not malformed. */
+    refused("{\"partitions\":99999999999999999999}",
+            "field \"partitions\" is out of range (a 64-bit integer)");
+    refused("{\"partitions\":-9223372036854775809}",
+            "field \"partitions\" is out of range (a 64-bit integer)");
+    refused("{\"partitions\":1e400}", "field \"partitions\" must be an integer");
+    refused("{\"name\":99999999999999999999}", "field \"name\" must be a string");
     refused("{name:1}", "not well-formed");
     /* A second value that starts but never ends, which yajl alone would
      * take for the end of the input. */
