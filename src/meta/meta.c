@@ -28,6 +28,8 @@
  * leader, a join, a transfer, readiness), and otherwise. */
 #define LEADER_POLL_MS 10
 #define TICK_MS        100
+/* libraft's io ticks this many times an election timeout (io_start). */
+#define ELECTION_TICKS 100
 /* A proposal waits at most this long for a leader to be known. */
 #define NO_LEADER_MS 5000
 /* A follower is caught up only if it heard from the leader this recently. */
@@ -153,6 +155,8 @@ struct tn_meta_s {
     uint64_t xfer_target;     /* the voter chosen (0: none yet) */
     uint64_t self_xfer_after; /* check_removals: no handover tried before (loop ms) */
     unsigned election_ms;
+    /* libraft's io start, which io_start calls with a finer tick. */
+    int (*uv_start)(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick, raft_io_recv_cb recv);
     /* A new cluster this node bootstrapped with others, until it has a
      * leader: every election timer is drawn from [E/4, E/2]
      * (first_elections). */
@@ -2933,16 +2937,49 @@ int tn_meta_heard(tn_meta_t *m, uint64_t id, uint64_t *ago_ms, bool *recent)
     return 0;
 }
 
+#ifdef TN_TEST
+/* TERN_TEST_FIRST_TIMERS_MS="a,b,c" (unit tests): node i's election
+ * timers while a new cluster has no leader are the i-th value, in ms (at
+ * most E/2), not a random draw, so a test can give voters that start
+ * together timers that expire when it chooses. 0: none for this node. */
+static unsigned first_timer_fixed(const tn_meta_t *m)
+{
+    const char *v = getenv("TERN_TEST_FIRST_TIMERS_MS");
+    for (uint64_t i = 1; v != NULL && *v != '\0'; i++) {
+        char *end;
+        unsigned long ms = strtoul(v, &end, 10);
+        if (i == m->id)
+            return ms <= m->election_ms / 2 ? (unsigned)ms : 0;
+        v = *end == ',' ? end + 1 : "";
+    }
+    return 0;
+}
+#endif
+
+/* An election timer for a voter of a new cluster with no leader yet:
+ * from [E/4, E/2] (first_elections). */
+static unsigned first_timer(tn_meta_t *m)
+{
+#ifdef TN_TEST
+    unsigned fixed = first_timer_fixed(m);
+    if (fixed != 0)
+        return fixed;
+#endif
+    unsigned e = m->election_ms;
+    return (unsigned)m->io.random(&m->io, (int)(e / 4), (int)(e / 2));
+}
+
 /* A new cluster's voters start together and none has led yet: there is
  * no leader whose silence an election timer could detect, yet libraft
  * draws each from [E, 2E], which left every new cluster leaderless for
  * 1-2 s, and for 2-4 more after a first election that elected no one (a
- * split vote, or vote requests lost while the voters' connections came
- * up on a loaded machine). Until a leader is known, each timer libraft
- * draws is drawn again from [E/4, E/2] (libraft's own random source),
- * the first at the start; once one is known, every timer is libraft's,
- * as is every timer of a node that restarts on its state. The timers
- * decide only when this node asks for (pre-)votes, never who wins.
+ * split vote: voters that stood at the same tick, io_start; no vote
+ * request or answer was seen lost while connections came up). Until a
+ * leader is known, each timer libraft draws is drawn again from [E/4,
+ * E/2] (libraft's own random source), the first at the start; once one
+ * is known, every timer is libraft's, as is every timer of a node that
+ * restarts on its state. The timers decide only when this node asks for
+ * (pre-)votes, never who wins.
  * Polled every LEADER_POLL_MS: a timer libraft drew since is replaced
  * before it can fire. */
 static void first_elections(tn_meta_t *m)
@@ -2970,7 +3007,29 @@ static void first_elections(tn_meta_t *m)
                "metastore: no leader yet in this new cluster: this node asks for votes");
     }
     if (timer != NULL && *timer > e / 2)
-        *timer = (unsigned)m->io.random(&m->io, (int)(e / 4), (int)(e / 2));
+        *timer = first_timer(m);
+}
+
+/* libraft (0.15) looks at its election timer only when its io ticks, and
+ * asks for a tick once a heartbeat timeout (E/10 in ternd), so a timer
+ * fired at the first tick after it expired. Voters whose ticks come at
+ * the same moments (a new cluster's, started together) stood together
+ * whenever their timers fell between the same two ticks: each passed
+ * pre-vote (a candidate grants the others' too), each voted for itself,
+ * and nobody was elected until a later round (a split vote). The first
+ * timers, drawn from [E/4, E/2], span under three ticks: 2 of 30 new
+ * ternd clusters with a 16 s election timeout split so under load, every
+ * vote request answered within milliseconds (libraft's trace). The io
+ * ticks every E/ELECTION_TICKS instead, at most once a
+ * heartbeat timeout: everything libraft does at a tick is measured in
+ * elapsed time (a leader's heartbeats still go once a heartbeat timeout,
+ * its quorum check once an election timeout, a promotion's rounds and a
+ * transfer's deadline likewise), so only the timers' resolution changes. */
+static int io_start(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick, raft_io_recv_cb recv)
+{
+    tn_meta_t *m = TN_CONTAINER_OF(io, tn_meta_t, io);
+    unsigned fine = TN_MAX(m->election_ms / ELECTION_TICKS, 1u);
+    return m->uv_start(io, TN_MIN(msecs, fine), tick, recv);
 }
 
 static void on_poll(uv_timer_t *t)
@@ -3317,6 +3376,8 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
         tn_meta_transport_fini(&m->transport);
         goto fail_timer;
     }
+    m->uv_start = m->io.start;
+    m->io.start = io_start;
     rc = raft_init(&m->raft, &m->io, &m->fsm, o->node_id, m->address);
     if (rc != 0) {
         tn_errbuf(err, errlen, "metastore: %s", raft_errmsg(&m->raft));

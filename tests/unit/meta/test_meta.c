@@ -701,15 +701,21 @@ static void on_done(tn_meta_req_t *req, int status)
     c->last = status;
 }
 
-static bool run_until(uv_loop_t *loop, bool (*cond)(void *), void *arg)
+/* Run loop until cond holds or ms have passed: whether it held. */
+static bool run_within(uv_loop_t *loop, bool (*cond)(void *), void *arg, int64_t ms)
 {
-    int64_t deadline = tn_now_mono_ms() + 30000;
+    int64_t deadline = tn_now_mono_ms() + ms;
     while (!cond(arg)) {
         if (tn_now_mono_ms() > deadline)
             return false;
         uv_run(loop, UV_RUN_ONCE);
     }
     return true;
+}
+
+static bool run_until(uv_loop_t *loop, bool (*cond)(void *), void *arg)
+{
+    return run_within(loop, cond, arg, 30000);
 }
 
 static bool is_ready(void *arg)
@@ -1489,6 +1495,7 @@ typedef struct {
     uint8_t hold_type; /* the command held (0: TOPIC_PUT) */
     struct hop_s *held[8];
     int nheld;
+    unsigned election_ms, heartbeat_ms; /* 0: 300 and 50 */
 } cluster_t;
 
 static cluster_t *the_cluster;
@@ -1555,8 +1562,8 @@ static void cluster_open(cluster_t *c, uint64_t id, bool join_only)
     o.node_id = id;
     o.address = c->raft[id];
     o.api_addr = c->api[id];
-    o.election_ms = 300;
-    o.heartbeat_ms = 50;
+    o.election_ms = c->election_ms != 0 ? c->election_ms : 300;
+    o.heartbeat_ms = c->heartbeat_ms != 0 ? c->heartbeat_ms : 50;
     o.heartbeat_interval_ms = 200;
     o.dead_after_ms = 3000; /* far above the 200 ms registrations, even on a loaded machine */
     o.peers = join_only ? NULL : peers;
@@ -1680,11 +1687,13 @@ static bool all_closed(void *arg)
     return closed_count >= *(int *)arg;
 }
 
-/* Nodes 1..3 of c bootstrapped as the same three voters on loop (data
- * under dir, addresses for nodes 1..slots), every one caught up and
- * registered: the leader they agree on. */
-static uint64_t cluster_start3(cluster_t *c, uv_loop_t *loop, const char *dir, uint64_t slots)
+/* c for nodes 1..slots on loop (initialised here), data under dir:
+ * nothing open yet. */
+static void cluster_init(cluster_t *c, uv_loop_t *loop, const char *dir, uint64_t slots)
 {
+    /* libraft writes to peers that closed (ternd ignores SIGPIPE too). */
+    signal(SIGPIPE, SIG_IGN);
+    uv_loop_init(loop);
     memset(c, 0, sizeof(*c));
     c->loop = loop;
     the_cluster = c;
@@ -1693,6 +1702,40 @@ static uint64_t cluster_start3(cluster_t *c, uv_loop_t *loop, const char *dir, u
         snprintf(c->raft[i], sizeof(c->raft[i]), "127.0.0.1:%d", tu_free_port(false));
         snprintf(c->api[i], sizeof(c->api[i]), "127.0.0.%llu:4151", (unsigned long long)i);
     }
+}
+
+/* Close every node of c still open, then its loop (which must close). */
+static void cluster_close_all(cluster_t *c)
+{
+    closed_count = 0;
+    int n = 0;
+    for (uint64_t i = 1; i <= NNODES; i++) {
+        if (c->m[i] != NULL) {
+            tn_meta_close(c->m[i], on_node_closed, NULL);
+            n++;
+        }
+    }
+    assert_true(run_until(c->loop, all_closed, &n));
+    uv_run(c->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(c->loop), 0);
+}
+
+/* Close node id of c and wait until it has. */
+static void cluster_close_one(cluster_t *c, uint64_t id)
+{
+    closed_count = 0;
+    tn_meta_close(c->m[id], on_node_closed, NULL);
+    int one = 1;
+    assert_true(run_until(c->loop, all_closed, &one));
+    c->m[id] = NULL;
+}
+
+/* Nodes 1..3 of c bootstrapped as the same three voters on loop
+ * (initialised here; data under dir, addresses for nodes 1..slots),
+ * every one caught up and registered: the leader they agree on. */
+static uint64_t cluster_start3(cluster_t *c, uv_loop_t *loop, const char *dir, uint64_t slots)
+{
+    cluster_init(c, loop, dir, slots);
     for (uint64_t i = 1; i <= 3; i++)
         cluster_open(c, i, false);
     assert_true(run_until(loop, three_caught_up, c));
@@ -1703,11 +1746,8 @@ static uint64_t cluster_start3(cluster_t *c, uv_loop_t *loop, const char *dir, u
 static void test_cluster(void **state)
 {
     (void)state;
-    /* libraft writes to peers that closed (ternd ignores SIGPIPE too). */
-    signal(SIGPIPE, SIG_IGN);
     char *dir = tu_tempdir();
     uv_loop_t loop;
-    uv_loop_init(&loop);
     cluster_t c;
     uint64_t leader = cluster_start3(&c, &loop, dir, NNODES);
     uint64_t follower = leader == 1 ? 2 : 1;
@@ -1871,13 +1911,7 @@ static void test_cluster(void **state)
     assert_true(run_until(&loop, async_done, &a));
     assert_int_equal(a.status, 0);
 
-    closed_count = 0;
-    for (uint64_t i = 1; i <= NNODES; i++)
-        tn_meta_close(c.m[i], on_node_closed, NULL);
-    int n = NNODES;
-    assert_true(run_until(&loop, all_closed, &n));
-    uv_run(&loop, UV_RUN_DEFAULT);
-    assert_int_equal(uv_loop_close(&loop), 0);
+    cluster_close_all(&c);
     tu_rmrf(dir);
     free(dir);
 }
@@ -1905,10 +1939,8 @@ static bool leader_of_three_moved(void *arg)
 static void test_resend_after_failover(void **state)
 {
     (void)state;
-    signal(SIGPIPE, SIG_IGN);
     char *dir = tu_tempdir();
     uv_loop_t loop;
-    uv_loop_init(&loop);
     cluster_t c;
     uint64_t leader = cluster_start3(&c, &loop, dir, 3);
     uint64_t follower = leader == 1 ? 2 : 1;
@@ -1951,13 +1983,7 @@ static void test_resend_after_failover(void **state)
     assert_true(run_until(&loop, has_done, &w));
     assert_int_equal(cnt.last, UV_EEXIST);
 
-    closed_count = 0;
-    for (uint64_t i = 1; i <= 3; i++)
-        tn_meta_close(c.m[i], on_node_closed, NULL);
-    int n = 3;
-    assert_true(run_until(&loop, all_closed, &n));
-    uv_run(&loop, UV_RUN_DEFAULT);
-    assert_int_equal(uv_loop_close(&loop), 0);
+    cluster_close_all(&c);
     tu_rmrf(dir);
     free(dir);
 }
@@ -2002,10 +2028,8 @@ static bool chan_everywhere(void *arg)
 static void test_channel_create_resent_after_its_deletion(void **state)
 {
     (void)state;
-    signal(SIGPIPE, SIG_IGN);
     char *dir = tu_tempdir();
     uv_loop_t loop;
-    uv_loop_init(&loop);
     cluster_t c;
     uint64_t leader = cluster_start3(&c, &loop, dir, 3);
     uint64_t follower = leader == 1 ? 2 : 1;
@@ -2071,13 +2095,7 @@ static void test_channel_create_resent_after_its_deletion(void **state)
     tn_free(h);
     assert_int_equal(ccnt.done, 1);
 
-    closed_count = 0;
-    for (uint64_t i = 1; i <= 3; i++)
-        tn_meta_close(c.m[i], on_node_closed, NULL);
-    int n = 3;
-    assert_true(run_until(&loop, all_closed, &n));
-    uv_run(&loop, UV_RUN_DEFAULT);
-    assert_int_equal(uv_loop_close(&loop), 0);
+    cluster_close_all(&c);
     tu_rmrf(dir);
     free(dir);
 }
@@ -2103,20 +2121,14 @@ static bool node_leads(void *arg)
 static void test_transfer_to_a_live_voter(void **state)
 {
     (void)state;
-    signal(SIGPIPE, SIG_IGN);
     char *dir = tu_tempdir();
     uv_loop_t loop;
-    uv_loop_init(&loop);
     cluster_t c;
     uint64_t leader = cluster_start3(&c, &loop, dir, 3);
     uint64_t gone = leader == 1 ? 2 : 1; /* first in configuration order */
     uint64_t live = 6 - leader - gone;
 
-    closed_count = 0;
-    tn_meta_close(c.m[gone], on_node_closed, NULL);
-    int one = 1;
-    assert_true(run_until(&loop, all_closed, &one));
-    c.m[gone] = NULL;
+    cluster_close_one(&c, gone);
     async_t a = {0, -1};
     assert_int_equal(tn_meta_transfer(c.m[leader], on_async, &a), 0);
     assert_true(run_until(&loop, async_done, &a));
@@ -2126,10 +2138,7 @@ static void test_transfer_to_a_live_voter(void **state)
 
     /* The old leader goes too: the one left cannot be elected with
      * nobody else, so it hands nothing over. */
-    closed_count = 0;
-    tn_meta_close(c.m[leader], on_node_closed, NULL);
-    assert_true(run_until(&loop, all_closed, &one));
-    c.m[leader] = NULL;
+    cluster_close_one(&c, leader);
     a.done = 0;
     a.status = -1;
     assert_int_equal(tn_meta_transfer(c.m[live], on_async, &a), 0);
@@ -2137,11 +2146,58 @@ static void test_transfer_to_a_live_voter(void **state)
     /* Still leading, or stepped down meanwhile (libraft's check-quorum). */
     assert_true(a.status == TN_ENOTFOUND || a.status == 0);
 
-    closed_count = 0;
-    tn_meta_close(c.m[live], on_node_closed, NULL);
-    assert_true(run_until(&loop, all_closed, &one));
-    uv_run(&loop, UV_RUN_DEFAULT);
-    assert_int_equal(uv_loop_close(&loop), 0);
+    cluster_close_all(&c);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+static bool three_agree(void *arg)
+{
+    return agreed_leader(arg, 3) != 0;
+}
+
+/* Three voters that start together (in one loop here, so their libraft
+ * ticks come at the same moments) with first election timers 45 ms
+ * apart, all three between the same two heartbeat timeouts (100 ms, of a
+ * 1 s election timeout): the first to expire stands alone and is elected
+ * in the first round. libraft looks at its election timer only when its
+ * io ticks, which it asks for once a heartbeat timeout: before, all three
+ * stood at the same tick, each passed pre-vote (granting the others'
+ * too) and voted for itself, a split vote, and the next round came an
+ * election later. The loop first runs 300 ms after the voters start, so
+ * the ticks come at 400 and 500 ms whatever the time their opens took. */
+static void test_first_timers_apart_elect_at_once(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    uv_loop_t loop;
+    cluster_t c;
+    cluster_init(&c, &loop, dir, 3);
+    c.election_ms = 1000;
+    c.heartbeat_ms = 100;
+    /* [E/4, E/2] is [250, 500]. */
+    setenv("TERN_TEST_FIRST_TIMERS_MS", "405,450,495", 1);
+    uv_update_time(&loop);
+    uint64_t t0 = uv_now(&loop); /* every voter's timers start here: the loop's time is cached */
+    for (uint64_t i = 1; i <= 3; i++)
+        cluster_open(&c, i, false);
+    unsetenv("TERN_TEST_FIRST_TIMERS_MS");
+    uint64_t opened = uv_hrtime() / 1000000 - t0;
+    while (uv_hrtime() / 1000000 < t0 + 300)
+        usleep(1000);
+    bool led = run_within(&loop, three_agree, &c, 3 * 1000);
+    uv_update_time(&loop);
+    uint64_t leader = agreed_leader(&c, 3);
+    print_message(
+        "opened in %llu ms; leader %llu at %llu ms, terms %llu %llu %llu\n",
+        (unsigned long long)opened, (unsigned long long)leader,
+        (unsigned long long)(uv_now(&loop) - t0), (unsigned long long)tn_meta_term(c.m[1]),
+        (unsigned long long)tn_meta_term(c.m[2]), (unsigned long long)tn_meta_term(c.m[3]));
+    assert_true(led);
+    assert_int_equal(leader, 1);
+    for (uint64_t i = 1; i <= 3; i++)
+        assert_int_equal(tn_meta_term(c.m[i]), 2);
+    cluster_close_all(&c);
     tu_rmrf(dir);
     free(dir);
 }
@@ -2299,6 +2355,7 @@ int main(void)
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_resend_after_failover),
         cmocka_unit_test(test_transfer_to_a_live_voter),
+        cmocka_unit_test(test_first_timers_apart_elect_at_once),
         cmocka_unit_test(test_channel_create_resent_after_its_deletion),
         cmocka_unit_test(test_no_leader),
         cmocka_unit_test(test_moved_address),
