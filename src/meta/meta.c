@@ -30,6 +30,9 @@
 #define TICK_MS        100
 /* libraft's io ticks this many times an election timeout (io_start). */
 #define ELECTION_TICKS 100
+/* A failed connection to a peer is dialled again after a heartbeat
+ * timeout, at most this long (libraft's own delay). */
+#define CONNECT_RETRY_MAX_MS 1000
 /* A proposal waits at most this long for a leader to be known. */
 #define NO_LEADER_MS 5000
 /* A follower is caught up only if it heard from the leader this recently. */
@@ -3376,8 +3379,14 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
         tn_meta_transport_fini(&m->transport);
         goto fail_timer;
     }
+    unsigned heartbeat_ms = o->heartbeat_ms ? o->heartbeat_ms : 100;
     m->uv_start = m->io.start;
     m->io.start = io_start;
+    /* A peer whose connection failed is dialled again a heartbeat later,
+     * not libraft's second: a follower back from a restart hears from
+     * the leader as soon as it would have had it never left, well before
+     * its own election timer expires. One dial at a time per peer. */
+    raft_uv_set_connect_retry_delay(&m->io, TN_MIN(heartbeat_ms, CONNECT_RETRY_MAX_MS));
     rc = raft_init(&m->raft, &m->io, &m->fsm, o->node_id, m->address);
     if (rc != 0) {
         tn_errbuf(err, errlen, "metastore: %s", raft_errmsg(&m->raft));
@@ -3405,7 +3414,7 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
                (unsigned long long)o->node_id, m->address);
     }
     raft_set_election_timeout(&m->raft, m->election_ms);
-    raft_set_heartbeat_timeout(&m->raft, o->heartbeat_ms ? o->heartbeat_ms : 100);
+    raft_set_heartbeat_timeout(&m->raft, heartbeat_ms);
     raft_set_snapshot_threshold(&m->raft, o->snapshot_threshold ? o->snapshot_threshold : 1024);
     raft_set_snapshot_trailing(&m->raft, 128);
     /* Pre-vote (Raft thesis 9.6): a node that was cut off asks whether it

@@ -34,6 +34,20 @@
  * Without TLS, steps 1 and 3 fall away: libraft gets the TCP stream
  * itself, read exactly up to the end of the handshake.
  *
+ * Messages around a connection's life are libraft's (0.15, uv_send.c):
+ * this transport holds none. A message to a peer with no connection yet
+ * (or one being dialled) waits in libraft's queue for that peer, in
+ * order, and is written once the connect succeeds; when a connect fails
+ * (the peer not listening yet: it listens from raft_start), the queue is
+ * cut to its newest 3, the older ones answered RAFT_NOCONNECTION, and
+ * the peer is dialled again after the connect retry delay (tn_meta_open
+ * sets it to a heartbeat timeout). A write to a connection that broke
+ * answers RAFT_IOERR and libraft dials again at once; bytes accepted by
+ * the kernel (or, with TLS, the socketpair) before the break was seen are
+ * lost and were answered 0, as on any stream. Connections are one-way,
+ * so two nodes dialling each other at once make two connections, one for
+ * each direction, and neither is closed for the other.
+ *
  * Close (libraft's transport close, from raft_close): stop listening,
  * close every connection still handshaking or pumping, fail pending
  * connects with RAFT_CANCELED, and only then call the close callback.

@@ -2151,6 +2151,12 @@ static void test_transfer_to_a_live_voter(void **state)
     free(dir);
 }
 
+static bool never(void *arg)
+{
+    (void)arg;
+    return false;
+}
+
 static bool three_agree(void *arg)
 {
     return agreed_leader(arg, 3) != 0;
@@ -2197,6 +2203,47 @@ static void test_first_timers_apart_elect_at_once(void **state)
     assert_int_equal(leader, 1);
     for (uint64_t i = 1; i <= 3; i++)
         assert_int_equal(tn_meta_term(c.m[i]), 2);
+    cluster_close_all(&c);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+static bool knows_leader(void *arg)
+{
+    leads_t *w = arg;
+    uint64_t id = 0;
+    const char *api = NULL;
+    return w->c->m[w->id] != NULL && tn_meta_leader(w->c->m[w->id], &id, &api) == 0 && id != 0;
+}
+
+/* A follower that stops and starts again hears from the leader within an
+ * election timeout of its start, before its own election timer can
+ * expire, as a follower that never left does. The leader's connection to
+ * it failed while it was away and its dials were refused; libraft dials
+ * again after its connect retry delay, which was a whole second (three
+ * election timeouts here, one in a default ternd) whatever the timeouts. */
+static void test_restarted_follower_hears_the_leader(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    uv_loop_t loop;
+    cluster_t c;
+    uint64_t leader = cluster_start3(&c, &loop, dir, 3);
+    uint64_t follower = leader == 1 ? 2 : 1;
+
+    cluster_close_one(&c, follower);
+    /* An election timeout away: the leader's writes to it failed and its
+     * dials were refused. */
+    run_within(&loop, never, NULL, 300);
+    int64_t t0 = tn_now_mono_ms();
+    cluster_open(&c, follower, false);
+    leads_t w = {&c, follower};
+    bool heard = run_within(&loop, knows_leader, &w, 2000);
+    int64_t took = tn_now_mono_ms() - t0;
+    print_message("the restarted follower knew the leader after %lld ms\n", (long long)took);
+    assert_true(heard);
+    assert_true(took < 300);
+    assert_int_equal(agreed_leader(&c, 3), leader);
     cluster_close_all(&c);
     tu_rmrf(dir);
     free(dir);
@@ -2356,6 +2403,7 @@ int main(void)
         cmocka_unit_test(test_resend_after_failover),
         cmocka_unit_test(test_transfer_to_a_live_voter),
         cmocka_unit_test(test_first_timers_apart_elect_at_once),
+        cmocka_unit_test(test_restarted_follower_hears_the_leader),
         cmocka_unit_test(test_channel_create_resent_after_its_deletion),
         cmocka_unit_test(test_no_leader),
         cmocka_unit_test(test_moved_address),
