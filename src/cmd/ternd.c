@@ -91,6 +91,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
+#include <sys/resource.h>
 
 extern char **environ;
 
@@ -1474,6 +1475,15 @@ int main(int argc, char **argv)
     /* A peer that goes away while we write must cost an EPIPE on that
      * socket, not the process. */
     signal(SIGPIPE, SIG_IGN);
+    /* Every connection, segment and channel file is a descriptor: take the
+     * whole hard limit, as Go's runtime does for nsqd (a failure leaves the
+     * soft one). The doors leave the top quarter to storage
+     * (tn_addr_fd_room). */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     for (uint32_t i = 0; i < cfg.nignored_seen; i++) {
         const tn_config_ignored_t *ig = &tn_config_nsqd_ignored[cfg.ignored_seen[i]];
         TN_LOG(TN_LOG_WARN, "nsqd option %s has no effect in tern: %s", ig->name, ig->instead);

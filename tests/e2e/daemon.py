@@ -21,9 +21,11 @@ TERND = None  # path of the ternd binary, set by the test's main()
 
 
 class Daemon:
-    def __init__(self, data, *args, env=None, listen=True, log_path=None, prefix=()):
+    def __init__(self, data, *args, env=None, listen=True, log_path=None, prefix=(),
+                 preexec_fn=None):
         # prefix: a command that execs ternd in place (`ip netns exec NS`),
-        # so the process id is still ternd's.
+        # so the process id is still ternd's. preexec_fn runs in the child
+        # before the exec (a lower resource limit, say).
         argv = [*prefix, TERND, f"--data-path={data}"]
         if listen and not any(a.startswith("--tcp-address") for a in args):
             argv.append("--tcp-address=127.0.0.1:0")
@@ -35,12 +37,14 @@ class Daemon:
         self._reader = None
         if log_path is None:
             self.proc = subprocess.Popen([*argv, *args], stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, env=env, text=True)
+                                         stderr=subprocess.PIPE, env=env, text=True,
+                                         preexec_fn=preexec_fn)
         else:
             with open(log_path, "a") as out:
                 start = out.tell()
                 self.proc = subprocess.Popen([*argv, *args], stdout=subprocess.DEVNULL,
-                                             stderr=out, env=env, text=True)
+                                             stderr=out, env=env, text=True,
+                                             preexec_fn=preexec_fn)
             self._reader = open(log_path)
             self._reader.seek(start)
             self._partial = ""

@@ -12,6 +12,7 @@
 #include "core/time.h"
 #include "proto/http/encoding.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -1128,6 +1129,13 @@ static void accept_one(tn_http_server_t *s)
     s->conns = c;
     s->nconns++;
     if (uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp) != 0) {
+        conn_close(c);
+        return;
+    }
+    if (!tn_addr_fd_room(&c->tcp)) {
+        TN_LOG_RL(TN_LOG_WARN, 10000,
+                  "HTTP connection refused: near the descriptor limit (%" PRIu32 " open)",
+                  s->nconns);
         conn_close(c);
         return;
     }

@@ -1344,7 +1344,15 @@ static void on_connection(uv_stream_t *server, int status)
     c->srv = s;
     uv_tcp_init(s->loop, &c->tcp);
     c->tcp.data = c;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+    int accepted = uv_accept(server, (uv_stream_t *)&c->tcp) == 0;
+    if (accepted && !tn_addr_fd_room(&c->tcp)) {
+        s->refused++;
+        TN_LOG_RL(TN_LOG_WARN, 10000,
+                  "NSQ connection refused: near the descriptor limit (%" PRIu32 " open)",
+                  s->nconns);
+        accepted = 0;
+    }
+    if (!accepted) {
         c->refs = 1;
         s->refs++;
         c->state = ST_CLOSED;

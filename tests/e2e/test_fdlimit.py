@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the descriptor limit: clients that open connections
+until ternd runs out of file descriptors must not leave storage without
+any. Each test starts ternd with RLIMIT_NOFILE at 64 (soft and hard, so
+ternd cannot raise it) and small segments, so a publish soon needs a new
+segment file while the connections are still open."""
+import argparse
+import os
+import resource
+import shutil
+import socket
+import sys
+import tempfile
+import unittest
+
+import daemon as daemon_mod
+from daemon import Daemon
+from nsqwire import FRAME_RESPONSE, Conn
+
+NOFILE = 64
+FLOOD = 150  # connections: more than the whole limit
+
+
+def low_nofile():
+    resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
+
+
+class FdLimit(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tern-fdlimit-")
+        self.d = Daemon(os.path.join(self.dir, "data"), "--segment-bytes=64KiB",
+                        preexec_fn=low_nofile)
+        self.d.wait_for("ready")
+        self.socks = []
+        self.producer = Conn(self.d.tcp_port)
+        self.assertEqual(self.producer.pub("t0", b"first"), (FRAME_RESPONSE, b"OK"))
+
+    def tearDown(self):
+        self.producer.close()
+        for s in self.socks:
+            s.close()
+        rc = self.d.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.assertEqual(rc, 0, self.d.log())
+
+    def flood(self, port, hello, answered):
+        """Opens FLOOD connections one after another, each sending hello and
+        waiting for an answer (held: kept open) or the end of the stream
+        (refused). Returns how many were held."""
+        held = 0
+        for _ in range(FLOOD):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            self.socks.append(s)
+            try:
+                s.sendall(hello)
+                got = s.recv(100)
+            except (ConnectionResetError, BrokenPipeError):
+                got = b""
+            if got:
+                self.assertTrue(answered(got), got)
+                held += 1
+        return held
+
+    def publish_across_segments(self):
+        """Enough publishes to seal several 64 KiB segments, each answered OK."""
+        for i in range(40):
+            self.assertEqual(self.producer.pub("t0", b"%d" % i + b"y" * 8000),
+                             (FRAME_RESPONSE, b"OK"), f"publish {i}\n{self.d.log()}")
+
+    def after_the_flood(self, held):
+        self.assertGreater(held, 0)
+        self.assertLess(held, FLOOD)
+        fds = len(os.listdir(f"/proc/{self.d.proc.pid}/fd"))
+        self.assertLess(fds, NOFILE, "descriptors left for storage")
+        self.publish_across_segments()
+        for s in self.socks:
+            s.close()
+        self.socks = []
+        fresh = Conn(self.d.tcp_port)
+        try:
+            self.assertEqual(fresh.pub("t0", b"last"), (FRAME_RESPONSE, b"OK"))
+        finally:
+            fresh.close()
+
+    def test_nsq_connections_leave_descriptors_for_storage(self):
+        identify = b"  V2IDENTIFY\n" + len(b"{}").to_bytes(4, "big") + b"{}"
+        held = self.flood(self.d.tcp_port, identify, lambda got: got.endswith(b"OK"))
+        self.after_the_flood(held)
+
+    def test_http_connections_leave_descriptors_for_storage(self):
+        ping = b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+        held = self.flood(self.d.http_port, ping, lambda got: got.startswith(b"HTTP/1.1 200"))
+        self.after_the_flood(held)
+
+
+class RaisedLimit(unittest.TestCase):
+    def test_the_soft_limit_is_raised_to_the_hard_one(self):
+        tmp = tempfile.mkdtemp(prefix="tern-fdlimit-")
+        d = Daemon(os.path.join(tmp, "data"),
+                   preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, 256)))
+        try:
+            d.wait_for("ready")
+            with open(f"/proc/{d.proc.pid}/limits") as f:
+                line = next(l for l in f if l.startswith("Max open files"))
+            self.assertEqual(line.split()[3:5], ["256", "256"], line)
+        finally:
+            rc = d.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.assertEqual(rc, 0, d.log())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ternd", required=True)
+    args, rest = ap.parse_known_args()
+    daemon_mod.TERND = os.path.abspath(args.ternd)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()
