@@ -657,6 +657,54 @@ class HTTPBounds(unittest.TestCase):
         self.assertGreaterEqual(time.monotonic() - start, 1.9)
         s.close()
 
+    def rss_kib(self):
+        with open(f"/proc/{self.d.proc.pid}/status") as f:
+            return int(next(l for l in f if l.startswith("VmRSS")).split()[1])
+
+    def test_thousands_of_pipelined_requests_in_one_write(self):
+        # Answered one after another from the same read: the stack stays
+        # flat (each synchronous answer used to start the next request
+        # from inside itself, and 3,000 of them overflowed the stack).
+        n = 3000
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        s.sendall(b"GET /stats?format=json HTTP/1.1\r\nHost: x\r\n\r\n" * n)
+        got = b""
+        while got.count(b"HTTP/1.1 200 OK") < n:
+            more = s.recv(1 << 20)
+            self.assertTrue(more, f"closed after {got.count(b'HTTP/1.1 200 OK')} answers")
+            got += more
+        s.close()
+        self.assertIsNone(self.d.proc.poll())
+
+    def test_a_client_that_does_not_read_its_answers_is_not_read_either(self):
+        # 10,000 requests for a 7 KiB asset, never read: the server stops
+        # taking requests once a little output waits, rather than holding
+        # 70 MB of answers.
+        before = self.rss_kib()
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", self.port))
+        sender = threading.Thread(target=s.sendall,
+                                  args=(b"GET /console/app.css HTTP/1.1\r\nHost: x\r\n\r\n" * 10000,))
+        sender.start()
+        deadline = time.monotonic() + 1  # within --http-idle-timeout (2 s)
+        peak = before
+        while time.monotonic() < deadline:  # a window to observe, not a wait
+            peak = max(peak, self.rss_kib())
+            self.assertLess(peak - before, 16 * 1024, "KiB of memory held for one client")
+            time.sleep(0.05)
+        # Reading resumes it: every answer arrives.
+        s.settimeout(10)
+        got, tail = 0, b""
+        while got < 10000:
+            more = s.recv(1 << 20)
+            self.assertTrue(more, f"closed after {got} answers")
+            more = tail + more
+            got += more.count(b"HTTP/1.1 200 OK")
+            tail = more[-14:]  # a status line cut between two reads counts once
+        sender.join()
+        s.close()
+
     def test_large_bodies_share_a_budget(self):
         t = fresh()
         # One 1.5 MiB body declared and stalled holds most of the 2 MiB...

@@ -24,6 +24,8 @@
 #define LARGE_BODY (1024 * 1024)
 #define READ_CHUNK (64 * 1024)
 #define DRAIN_MS   1000
+/* Answers waiting for the client before pipelined requests wait too. */
+#define MAX_UNSENT (1024 * 1024)
 
 typedef struct route_s {
     char *method;
@@ -65,6 +67,7 @@ struct conn_s {
     bool reading;
     bool close_after; /* close (gracefully) once the output is written */
     bool head_started;
+    bool advancing; /* in advance(): answers given meanwhile do not recurse */
     /* the request being read or handled */
     tn_http_request_t *req;
     const route_t *route;
@@ -344,6 +347,8 @@ static void on_written(uv_write_t *w, int status)
             conn_close(c);
         else
             flush(c);
+        if (c->state == C_HEAD && !c->close_after)
+            advance(c); /* pipelined requests held back by backed_up */
         if (c->state == C_UPGRADED && !c->writing && tn_buf_size(&c->out) == 0 && c->up != NULL &&
             c->up->on_drain != NULL)
             c->up->on_drain(c->up_arg);
@@ -952,7 +957,15 @@ static void read_body(conn_t *c)
         dispatch(c);
 }
 
-static void advance(conn_t *c)
+/* Whether so many answers wait for the client that its pipelined
+ * requests wait too (and reading stops), bounding what one client that
+ * does not read can make the server hold. */
+static bool backed_up(const conn_t *c)
+{
+    return tn_buf_size(&c->out) + tn_buf_size(&c->wbuf) + tn_buf_size(&c->sealed) >= MAX_UNSENT;
+}
+
+static void advance_loop(conn_t *c)
 {
     for (;;) {
         if (c->state == C_BODY) {
@@ -963,6 +976,17 @@ static void advance(conn_t *c)
         }
         if (c->state != C_HEAD || c->close_after)
             return;
+        if (backed_up(c)) {
+            /* on_written comes back here; silence from a client that
+             * reads nothing ends as an idle connection's does. */
+            if (c->reading) {
+                uv_read_stop((uv_stream_t *)&c->tcp);
+                c->reading = false;
+            }
+            arm(c, c->srv->opts.idle_timeout_ms);
+            return;
+        }
+        start_reading(c);
         size_t len = tn_buf_size(&c->in);
         if (len == 0) {
             arm(c, c->srv->opts.idle_timeout_ms);
@@ -993,6 +1017,20 @@ static void advance(conn_t *c)
         if (c->state == C_HANDLING || c->state == C_CLOSED || c->state == C_DRAINING)
             return;
     }
+}
+
+/* Start what c->in holds: a body being read, then the pipelined requests
+ * one after another. A handler that answers at once calls back in here
+ * (tn_http_respond); the loop already goes on to the next request, so the
+ * nested call returns and the stack stays flat however many requests one
+ * read brought. The caller holds a reference on c. */
+static void advance(conn_t *c)
+{
+    if (c->advancing)
+        return;
+    c->advancing = true;
+    advance_loop(c);
+    c->advancing = false;
 }
 
 /* Hand the input to the upgraded connection's owner. */
