@@ -140,8 +140,14 @@ class Message:
 
 
 class Conn:
-    def __init__(self, port, host="127.0.0.1", timeout=10, magic=True):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, port, host="127.0.0.1", timeout=10, magic=True, rcvbuf=None):
+        if rcvbuf is None:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        else:  # a small receive window, set before the connection is made
+            self.sock = socket.socket()
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            self.sock.settimeout(timeout)
+            self.sock.connect((host, port))
         self.buf = b""
         self.inflate = None
         self.deflate = None

@@ -18,6 +18,7 @@ import unittest
 import json
 import ssl
 import subprocess
+import urllib.request
 import uuid
 
 import daemon as daemon_mod
@@ -140,6 +141,43 @@ class PublishConsume(Base):
             except socket.timeout:
                 pass
         self.assertEqual(sorted(seen), sorted(b"%d" % i for i in range(40)))
+
+    def in_flight(self, topic):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.d.http_port}/stats?format=json"
+                                    f"&topic={topic}") as r:
+            return json.loads(r.read())["topics"][0]["channels"][0]["in_flight_count"]
+
+    def test_a_consumer_that_does_not_read_takes_few_messages(self):
+        # nsqd writes a message to the socket before it takes the next, so
+        # a consumer that stops reading holds only what fits in the socket
+        # buffers whatever its RDY; the rest stays for the channel's other
+        # consumers (it used to take all 320 messages, 32 MB, into memory).
+        t = fresh()
+        p = self.conn()
+        for _ in range(8):
+            self.assertEqual(p.mpub(t, [b"z" * 100000] * 40), (FRAME_RESPONSE, b"OK"))
+        slow = Conn(self.port, rcvbuf=4096)
+        self.conns.append(slow)
+        slow.identify()
+        self.assertEqual(slow.sub(t, "ch"), (FRAME_RESPONSE, b"OK"))
+        slow.rdy(320)
+        deadline = time.monotonic() + 10
+        while self.in_flight(t) == 0:
+            self.assertLess(time.monotonic(), deadline, "the slow consumer got nothing")
+            time.sleep(0.05)
+        fast = self.consumer(t, "ch", rdy=320)
+        ids = set()
+        while len(ids) < 160:
+            m = fast.read_message()
+            ids.add(m.id)
+            fast.fin(m.id)
+        self.assertLess(self.in_flight(t), 160)
+        # What the slow one held comes back when it goes: nothing is lost.
+        slow.close()
+        while len(ids) < 320:
+            m = fast.read_message()
+            ids.add(m.id)
+            fast.fin(m.id)
 
     def test_rdy_limits_in_flight(self):
         t = fresh()

@@ -23,6 +23,7 @@
 
 #define MAX_PENDING_PUBS 64                /* publishes in flight per connection */
 #define MAX_UNSENT       (8 * 1024 * 1024) /* output bytes before reading pauses */
+#define DELIVERY_HOLD    (256 * 1024) /* output waiting for the socket before deliveries pause */
 #define READ_CHUNK       (64 * 1024)
 
 typedef enum { ST_MAGIC = 0, ST_ACTIVE, ST_CLOSED } conn_state_t;
@@ -69,6 +70,8 @@ struct conn_s { // NOLINT(clang-analyzer-optin.performance.Padding)
 
     tn_nsq_client_opts_t opts;
     bool subscribed;
+    uint32_t rdy; /* the client's last RDY (the engine's credit unless held) */
+    bool held;    /* deliveries paused while its output waits (DELIVERY_HOLD) */
     bool cls;     /* CLS received: no more deliveries */
     bool blocked; /* waiting for a topic or channel to be created */
     tn_waiter_t wait;
@@ -280,6 +283,28 @@ static void close_gracefully(conn_t *c)
     uv_timer_start(&c->flush, on_drain_timeout, 1000, 0);
 }
 
+static size_t unsent(const conn_t *c)
+{
+    return tn_buf_size(&c->out) + tn_buf_size(&c->stage) + tn_buf_size(&c->wire) +
+           tn_buf_size(&c->wbuf);
+}
+
+/* The RDY the engine may use: the client's, but none after CLS or while
+ * the server drains. */
+static uint32_t rdy_in_force(const conn_t *c)
+{
+    return c->cls || c->srv->draining ? 0 : c->rdy;
+}
+
+/* Deliveries resume once the socket took what waited (on_written). */
+static void release_held(conn_t *c)
+{
+    if (c->held && (!c->writing || unsent(c) < DELIVERY_HOLD)) {
+        c->held = false;
+        tn_consumer_credit(&c->consumer, rdy_in_force(c));
+    }
+}
+
 static void on_written(uv_write_t *req, int status)
 {
     conn_t *c = req->data;
@@ -295,6 +320,8 @@ static void on_written(uv_write_t *req, int status)
         return;
     }
     flush(c);
+    if (c->state != ST_CLOSED)
+        release_held(c);
     if (c->state != ST_CLOSED && !c->writing && c->close_after_write)
         close_gracefully(c);
     else if (c->state != ST_CLOSED && !c->writing) {
@@ -438,6 +465,14 @@ static void on_deliver(tn_consumer_t *cons, const tn_delivery_t *d)
         c->flush_armed = true;
         uv_timer_start(&c->flush, on_flush_timer, (uint64_t)c->opts.output_buffer_timeout_ms, 0);
     }
+    /* nsqd writes a message before it takes the next, so a client that
+     * stops reading holds what its socket buffers take, whatever its RDY.
+     * Here the engine stops delivering to it while its output waits for
+     * the socket, and the rest stays for the channel's other consumers. */
+    if (c->state != ST_CLOSED && !c->held && c->writing && unsent(c) >= DELIVERY_HOLD) {
+        c->held = true;
+        tn_consumer_credit(cons, 0);
+    }
 }
 
 /* The /stats entry of a connection (consumer or producer), in nsqd's
@@ -457,7 +492,7 @@ static void describe_conn(conn_t *c, const char *topic, tn_buf_t *out)
         .state = cons == NULL ? TN_NSQ_STATE_INIT
                  : c->cls     ? TN_NSQ_STATE_CLOSING
                               : TN_NSQ_STATE_SUBSCRIBED,
-        .ready_count = cons != NULL ? cons->credit : 0,
+        .ready_count = cons != NULL ? rdy_in_force(c) : 0,
         .in_flight_count = cons != NULL ? tn_consumer_inflight(cons) : 0,
         .message_count = cons != NULL ? cons->message_count : 0,
         .finish_count = cons != NULL ? cons->finish_count : 0,
@@ -1009,8 +1044,9 @@ static bool handle(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
             send_error(c, TN_NSQ_E_INVALID, "cannot RDY in current state");
             break;
         }
-        if (!c->cls && !c->srv->draining) /* a drain holds every consumer at RDY 0 */
-            tn_consumer_credit(&c->consumer, (uint32_t)cmd->num);
+        c->rdy = (uint32_t)cmd->num;
+        if (!c->held) /* a drain holds every consumer at RDY 0 */
+            tn_consumer_credit(&c->consumer, rdy_in_force(c));
         break;
     case TN_NSQ_FIN:
     case TN_NSQ_REQ:
@@ -1179,9 +1215,7 @@ static bool should_read(const conn_t *c)
 {
     return c->state == ST_ACTIVE || c->state == ST_MAGIC
                ? !c->blocked && !c->close_after_write && c->npending < MAX_PENDING_PUBS &&
-                     !c->decode_more &&
-                     tn_buf_size(&c->out) + tn_buf_size(&c->wire) + tn_buf_size(&c->wbuf) <
-                         MAX_UNSENT
+                     !c->decode_more && unsent(c) < MAX_UNSENT
                : false;
 }
 
