@@ -4,11 +4,11 @@
 #include "proto/addr.h"
 
 #include "core/err.h"
+#include "core/fdroom.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 int tn_addr_listen(uv_tcp_t *tcp, const tn_netaddr_t *addr, uv_connection_cb cb, char *err,
                    size_t errlen)
@@ -74,10 +74,5 @@ int tn_addr_local_port(const uv_tcp_t *tcp)
 bool tn_addr_fd_room(const uv_tcp_t *tcp)
 {
     uv_os_fd_t fd;
-    struct rlimit rl;
-    if (uv_fileno((const uv_handle_t *)tcp, &fd) != 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0 ||
-        rl.rlim_cur == RLIM_INFINITY)
-        return true;
-    rlim_t reserve = rl.rlim_cur / 4 < 16 ? 16 : rl.rlim_cur / 4;
-    return (rlim_t)fd + reserve < rl.rlim_cur;
+    return uv_fileno((const uv_handle_t *)tcp, &fd) != 0 || tn_fd_room_at(fd, TN_FD_CONNS);
 }

@@ -25,16 +25,11 @@ void tn_addr_peer(const uv_tcp_t *tcp, char *out, size_t len);
 void tn_addr_peer_ip(const char *peer, char *out, size_t len);
 /* The local port of a bound handle, or 0. */
 int tn_addr_local_port(const uv_tcp_t *tcp);
-/* Whether a client connection just accepted into tcp may stay open under
- * the process's descriptor limit (RLIMIT_NOFILE). The doors' connections
- * may hold descriptors only below the top quarter of that limit (at least
- * 16 descriptors), which stays for what storage opens (segment, index and
- * channel files), the cluster's sockets and the doors' own listeners: a
- * flood of connections is refused there instead of starving a segment roll
- * of its file, which would stop the partition's writes until a restart.
- * The kernel gives out the lowest free descriptor, so a connection that
- * lands in the top quarter means every descriptor below it is taken. A
- * door refuses by closing the connection at once. Borrows tcp. */
+/* Whether a client connection just accepted into tcp may stay open: its
+ * descriptor lies below the doors' mark under the descriptor limit
+ * (core/fdroom.h, TN_FD_CONNS), so a flood of connections cannot starve
+ * storage of the files it opens. A door refuses by closing the connection
+ * at once. Borrows tcp. */
 bool tn_addr_fd_room(const uv_tcp_t *tcp);
 
 #endif

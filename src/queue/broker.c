@@ -4,6 +4,7 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "core/fdroom.h"
 #include "core/log.h"
 #include "core/name.h"
 #include "core/time.h"
@@ -487,6 +488,10 @@ int tn_broker_topic(tn_broker_t *b, const char *name, size_t len, bool create, u
         return TN_ENOTFOUND;
     if (!tn_name_valid_any(name, len))
         return UV_EINVAL;
+    /* A durable topic's partitions are files: its creation stops short of
+     * the descriptor limit, which the partitions there need to roll. */
+    if (!tn_name_ephemeral(name, len) && !tn_fd_room(TN_FD_CREATE))
+        return UV_EMFILE;
     t = tn__topic_new(b, name, len, nparts != 0 ? nparts : b->opts.default_partitions);
     if (t == NULL)
         return UV_ENOMEM;

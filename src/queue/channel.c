@@ -4,6 +4,7 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "core/fdroom.h"
 #include "core/log.h"
 #include "core/name.h"
 #include "core/time.h"
@@ -920,6 +921,10 @@ static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create,
     ch = channel_new(t, name, len);
     if (ch == NULL)
         return UV_ENOMEM;
+    if (!ch->memory && !tn_fd_room(TN_FD_CREATE)) {
+        tn__channel_free(ch); /* its logs are files: as for a topic (tn_broker_topic) */
+        return UV_EMFILE;
+    }
     if (ch->memory) {
         for (uint32_t i = 0; i < t->nparts; i++) {
             tn_plog_stats_t st;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""End-to-end tests of the descriptor limit: clients that open connections
-until ternd runs out of file descriptors must not leave storage without
-any. Each test starts ternd with RLIMIT_NOFILE at 64 (soft and hard, so
+"""End-to-end tests of the descriptor limit: clients that open connections,
+or create topics, until ternd runs out of file descriptors must not leave
+the existing partitions without any. Each test starts ternd with RLIMIT_NOFILE at 64 (soft and hard, so
 ternd cannot raise it) and small segments, so a publish soon needs a new
 segment file while the connections are still open."""
 import argparse
@@ -91,6 +91,22 @@ class FdLimit(unittest.TestCase):
         ping = b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
         held = self.flood(self.d.http_port, ping, lambda got: got.startswith(b"HTTP/1.1 200"))
         self.after_the_flood(held)
+
+    def test_new_topics_leave_descriptors_for_the_ones_there(self):
+        # Every topic and channel holds descriptors: creating them stops
+        # short of the limit (a clear error), and the topics already there
+        # can still seal a segment and begin the next.
+        flood = Conn(self.d.tcp_port)
+        refused = None
+        for i in range(NOFILE):
+            kind, data = flood.pub(f"u{i}", b"x")
+            if kind != FRAME_RESPONSE:
+                refused = data
+                break
+        flood.close()
+        self.assertIsNotNone(refused, "every topic was created")
+        self.assertTrue(refused.startswith(b"E_PUB_FAILED"), refused)
+        self.publish_across_segments()
 
 
 class RaisedLimit(unittest.TestCase):
