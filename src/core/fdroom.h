@@ -2,10 +2,10 @@
  * connection, segment, index and channel file is a descriptor, and a
  * segment roll that cannot open its file stops its partition's writes
  * until a restart (storage errors are sticky). So what clients can make
- * more of stops short of the limit, in tiers: a door's connections may
- * use the lower three quarters (TN_FD_CONNS), the creation of topics and
- * channels the lower seven eighths (TN_FD_CREATE), and the rest stays for
- * the partitions already there.
+ * more of stops short of the limit, in tiers: incoming connections (the
+ * doors', Raft's) may use the lower three quarters (TN_FD_CONNS), the
+ * creation of topics and channels the lower seven eighths (TN_FD_CREATE),
+ * and the rest stays for the partitions already there.
  *
  * The kernel gives out the lowest free descriptor, so a descriptor at or
  * above a mark means every one below it is taken: checking the number of

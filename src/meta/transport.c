@@ -19,6 +19,7 @@
 #include "core/assert.h"
 #include "core/buf.h"
 #include "core/err.h"
+#include "core/fdroom.h"
 #include "core/log.h"
 #include "core/netaddr.h"
 #include "meta/cmd.h"
@@ -956,6 +957,13 @@ static void on_accept(uv_stream_t *server, int status)
         return;
     }
     int rc = uv_accept(server, (uv_stream_t *)c->tcp);
+    uv_os_fd_t fd;
+    if (rc == 0 && uv_fileno((uv_handle_t *)c->tcp, &fd) == 0 && !tn_fd_room_at(fd, TN_FD_CONNS)) {
+        /* Unauthenticated until its handshake: as a door's connection, it
+         * may not take the descriptors storage needs (core/fdroom.h). */
+        refuse(c, "near the descriptor limit");
+        return;
+    }
     if (rc == 0)
         rc = conn_begin(c);
     if (rc != 0)
