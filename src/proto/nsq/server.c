@@ -1045,7 +1045,9 @@ static bool handle(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
             break;
         }
         c->rdy = (uint32_t)cmd->num;
-        if (!c->held) /* a drain holds every consumer at RDY 0 */
+        /* Kept for release_held while deliveries are held (and 0 in force
+         * after CLS or during a drain, which holds every consumer). */
+        if (!c->held)
             tn_consumer_credit(&c->consumer, rdy_in_force(c));
         break;
     case TN_NSQ_FIN:
@@ -1378,13 +1380,13 @@ static void on_connection(uv_stream_t *server, int status)
     c->srv = s;
     uv_tcp_init(s->loop, &c->tcp);
     c->tcp.data = c;
-    int accepted = uv_accept(server, (uv_stream_t *)&c->tcp) == 0;
+    bool accepted = uv_accept(server, (uv_stream_t *)&c->tcp) == 0;
     if (accepted && !tn_addr_fd_room(&c->tcp)) {
         s->refused++;
         TN_LOG_RL(TN_LOG_WARN, 10000,
                   "NSQ connection refused: near the descriptor limit (%" PRIu32 " open)",
                   s->nconns);
-        accepted = 0;
+        accepted = false;
     }
     if (!accepted) {
         c->refs = 1;
