@@ -152,6 +152,10 @@ class PublishConsume(Base):
         # a consumer that stops reading holds only what fits in the socket
         # buffers whatever its RDY; the rest stays for the channel's other
         # consumers (it used to take all 320 messages, 32 MB, into memory).
+        with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+            wmem_max = int(f.read().split()[2])
+        if wmem_max > 8 << 20:
+            self.skipTest(f"a socket may buffer {wmem_max} bytes: most of the 32 MB")
         t = fresh()
         p = self.conn()
         for _ in range(8):
