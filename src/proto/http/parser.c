@@ -372,7 +372,10 @@ int tn_http_chunked_decode(tn_http_chunked_t *d, const char *in, size_t len, siz
             d->line = 0;
             break;
         case CH_TRAILER:
-            /* Lines until an empty one; their content is ignored. */
+            /* Lines until an empty one; their content is ignored, their
+             * length bounded (no end of them would keep a request going). */
+            if (++d->trailers > TN_HTTP_TRAILERS_MAX)
+                return TN_EPROTO;
             if (c == '\n') {
                 i++;
                 if (d->line == 0) {

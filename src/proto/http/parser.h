@@ -65,17 +65,20 @@ int tn_http_parse_head(const char *buf, size_t len, size_t max_head, tn_http_req
 const tn_iov_t *tn_http_header(const tn_http_req_t *req, const char *name);
 
 /* Chunked body decoding, incrementally. */
+#define TN_HTTP_TRAILERS_MAX (64 * 1024)
 typedef struct {
     int state;
-    uint64_t left;  /* bytes of the current chunk still to come */
-    uint64_t total; /* decoded so far */
-    uint32_t line;  /* bytes of the current size/extension/trailer line */
+    uint64_t left;     /* bytes of the current chunk still to come */
+    uint64_t total;    /* decoded so far */
+    uint32_t line;     /* bytes of the current size/extension/trailer line */
+    uint32_t trailers; /* bytes of trailer lines so far */
 } tn_http_chunked_t;
 
 void tn_http_chunked_init(tn_http_chunked_t *d);
 /* Decode from in (borrowed), appending data to out. *consumed says how
  * much of in was used; *done is set after the last chunk and its
- * trailers. Returns 0, TN_ETOOBIG (the body would pass max_total), TN_EPROTO
+ * trailers (dropped unread, TN_HTTP_TRAILERS_MAX bytes at the most: past
+ * it they are malformed). Returns 0, TN_ETOOBIG (the body would pass max_total), TN_EPROTO
  * (malformed) or UV_ENOMEM. */
 int tn_http_chunked_decode(tn_http_chunked_t *d, const char *in, size_t len, size_t *consumed,
                            tn_buf_t *out, uint64_t max_total, bool *done);

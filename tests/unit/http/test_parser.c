@@ -199,6 +199,18 @@ static void test_chunked(void **state)
     decode_all("\r\n", 1, 100, TN_EPROTO, NULL);
     decode_all("5\r\nhelloXX", 2, 100, TN_EPROTO, NULL);
     decode_all("1111111111111111\r\n", 1, UINT64_MAX, TN_EPROTO, NULL);
+    /* Trailer lines are read and dropped, 64 KiB of them at the most (a
+     * head's worth): no end of them would keep one request going. */
+    static char trailers[80 * 1024];
+    size_t n = (size_t)snprintf(trailers, sizeof(trailers), "1\r\nx\r\n0\r\n");
+    while (n < 64 * 1024 - 16)
+        n += (size_t)snprintf(trailers + n, sizeof(trailers) - n, "X: %s\r\n", "yyyyyyyy");
+    snprintf(trailers + n, sizeof(trailers) - n, "\r\n");
+    decode_all(trailers, 4096, 100, 0, "x");
+    while (n < 66 * 1024)
+        n += (size_t)snprintf(trailers + n, sizeof(trailers) - n, "X: %s\r\n", "yyyyyyyy");
+    snprintf(trailers + n, sizeof(trailers) - n, "\r\n");
+    decode_all(trailers, 4096, 100, TN_EPROTO, NULL);
 }
 
 static void test_query_escapes(void **state)
