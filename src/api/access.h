@@ -8,17 +8,48 @@
  * same owner. Topics the NSQ doors made have no owner and stay as open as
  * nsqd's. The caller checks security-enabled (off: nothing is protected).
  *
+ * Dead-letter topics are the parent's owner's: a name of that form whose
+ * parent has an owner is made and published to only by that owner (or an
+ * admin: tn_access_dlq_refused), the topic made for it takes that owner
+ * (tn_access_parent_owner), and no dead letter moves into one owned by
+ * anyone else (tn_access_dlq_mismatch). A name splits into a parent and a
+ * channel at every dot: each split is a candidate parent.
+ *
  * Threads: the loop thread that owns the metastore. */
 #ifndef TN_API_ACCESS_H
 #define TN_API_ACCESS_H
 
 #include "core/platform.h"
 
+#include "core/name.h"
 #include "meta/meta.h"
 
 /* The owner of topic (borrowed) from the local replica, or NULL when it
  * has none. The string is borrowed until the replica next changes. */
 const char *tn_access_owner(const tn_meta_t *meta, const char *topic);
+
+/* The owner (borrowed, as above) of the parent topic that the dead-letter
+ * name `<topic>.<channel>.DLQ` names (the longest owned candidate), or
+ * NULL: not of that form, or no candidate parent has an owner. */
+const char *tn_access_parent_owner(const tn_meta_t *meta, const char *name);
+
+/* Whether u (NULL: none) is an admin: the root user or an admin grant. */
+bool tn_access_user_admin(const tn_meta_user_t *u);
+
+/* Whether the user named user may not make or publish to name: it has
+ * the dead-letter form, a candidate parent has an owner other than user,
+ * and user is no admin. Then why says so (a 403's or E_UNAUTHORIZED's
+ * sentence, naming the rule). */
+bool tn_access_dlq_refused(const tn_meta_t *meta, const char *name, const char *user, char *why,
+                           size_t len);
+
+/* Whether the dead letters of topic parent must not move to the existing
+ * topic dlq: it has an owner, other than parent's (none included). Then
+ * why says so and what the operator does. A dlq without an owner (made by
+ * the broker before owners were given, or with security off) takes them:
+ * its owner is the parent's (tn_access_owner). */
+bool tn_access_dlq_mismatch(const tn_meta_t *meta, const char *parent, const char *dlq, char *why,
+                            size_t len);
 
 static inline bool tn_access_protected(const tn_meta_t *meta, const char *topic)
 {

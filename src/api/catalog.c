@@ -3,6 +3,7 @@
 
 #include "api/catalog.h"
 
+#include "api/access.h"
 #include "api/fanout.h"
 #include "api/v1.h"
 
@@ -171,6 +172,9 @@ static void topic_record(tn_catalog_t *c, const tn_topic_t *t, tn_meta_cmd_t *ou
     cmd.topic.max_attempts = c->o.max_attempts;
     cmd.topic.durability = c->o.durability;
     cmd.topic.created_at_ms = tn_now_wall_ms();
+    const char *owner = c->o.security ? tn_access_parent_owner(c->meta, t->name) : NULL;
+    if (owner != NULL)
+        snprintf(cmd.topic.owner, sizeof(cmd.topic.owner), "%s", owner);
     /* The server's defaults. The metastore clamps the factor to the
      * members alive when it applies the record (cmd.h, clamp), not this
      * node's copy, which may lag. */

@@ -78,6 +78,10 @@ typedef struct {
      * NSQ doors make (DLQ topics too); 0 reads as 1. */
     uint8_t replication_factor;
     uint8_t min_insync;
+    /* security-enabled: a dead-letter topic the engine makes (a move, or
+     * a door's creation) takes the owner of the parent topic its name
+     * names, if that has one (api/access.h). Off: no owner, as before. */
+    bool security;
 } tn_catalog_opts_t;
 
 /* The replica manager (borrowed; NULL: none): for a replicated partition

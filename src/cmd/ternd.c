@@ -181,6 +181,23 @@ static bool nsq_protected(void *arg, const char *topic)
 {
     daemon_t *d = arg;
     return d->security && tn_access_protected(d->meta, topic);
+}
+
+/* With tern's users serving NSQ AUTH: the dead-letter topics of another's
+ * topic are closed to identity's publishes (api/access.h). */
+static bool nsq_pub_refused(void *arg, const char *topic, const char *identity, char *text,
+                            size_t len)
+{
+    daemon_t *d = arg;
+    return d->security && tn_access_dlq_refused(d->meta, topic, identity, text, len);
+}
+
+/* The engine's question before a dead letter moves (queue.h): into a
+ * topic owned by anyone but the parent's owner, never (api/access.h). */
+static bool dlq_refused(void *arg, const char *topic, const char *dlq, char *why, size_t len)
+{
+    daemon_t *d = arg;
+    return d->security && tn_access_dlq_mismatch(d->meta, topic, dlq, why, len);
 } /* for the close callbacks, which carry no argument */
 
 /* The signal handlers' end: when storage has closed (or the start
@@ -1182,7 +1199,8 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
                             d->raft_id,
                             d->cluster,
                             (uint8_t)cfg->default_replication_factor,
-                            (uint8_t)cfg->min_insync_replicas};
+                            (uint8_t)cfg->min_insync_replicas,
+                            cfg->security_enabled};
     if (tn_catalog_start(d->broker, d->meta, &co, &d->catalog) != 0)
         TN_LOG(TN_LOG_WARN, "metastore: cannot follow the queue engine's topics");
     /* The drain every door asks before it takes new work (api/drain.h). */
@@ -1225,8 +1243,12 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         nopts.auth_http_address = "";
     /* Without NSQ auth, topics with an owner are closed to the open doors. */
     d->security = cfg->security_enabled;
+    d->broker->dlq_refused = dlq_refused;
+    d->broker->dlq_refused_arg = d;
     nopts.is_protected = nsq_protected;
     nopts.protected_arg = d;
+    if (cfg->nsq_auth == TN_NSQ_AUTH_USERS)
+        nopts.pub_refused = nsq_pub_refused;
     nopts.router = d->router;
     rc = tn_nsq_server_start(loop, d->broker, &nopts, &cfg->tcp_listen.addr, &d->nsq, err, errlen);
     if (rc != 0)

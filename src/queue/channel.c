@@ -1319,6 +1319,11 @@ typedef struct {
     uint64_t offset;
 } dlq_move_t;
 
+/* A dead letter whose move was refused (tn_broker_t.dlq_refused) is due
+ * again this much later: the operator's fix is seen by then, and a
+ * channel of such messages costs one check each per period meanwhile. */
+#define DLQ_REFUSED_RETRY_MS 5000
+
 /* <topic>.<channel>.DLQ; a name too long for that keeps a prefix of the
  * topic and adds a hash of both names, so it stays unique. */
 static void dlq_name(const tn_channel_t *ch, char *out, size_t len)
@@ -1376,6 +1381,17 @@ static void dead_letter(const cand_t *k, uint32_t attempts)
     tn_chpart_t *cp = k->cp;
     tn_channel_t *ch = cp->ch;
     tn_broker_t *b = ch->topic->broker;
+    char name[300];
+    dlq_name(ch, name, sizeof(name));
+    char why[1024];
+    if (b->dlq_refused != NULL &&
+        b->dlq_refused(b->dlq_refused_arg, ch->topic->name, name, why, sizeof(why))) {
+        TN_LOG_RL(TN_LOG_ERROR, 10000, "dead letters of %s/%s stay on their channel: %s",
+                  ch->topic->name, ch->name, why);
+        pend_add(cp, k->offset, k->attempts, tn_now_mono_ms() + DLQ_REFUSED_RETRY_MS);
+        tn__broker_rewake(cp);
+        return;
+    }
     dlq_move_t *d = tn_calloc(1, sizeof(*d));
     tn_lease_t *l;
     if (d == NULL || tn_pub_init(&d->pub, 1) != 0 ||
@@ -1392,8 +1408,6 @@ static void dead_letter(const cand_t *k, uint32_t attempts)
     d->cp = cp;
     d->offset = k->offset;
     d->pub.data = d;
-    char name[300];
-    dlq_name(ch, name, sizeof(name));
     int rc = b->publisher != NULL
                  ? b->publisher(b->publisher_arg, name, strlen(name), &d->pub, 0, on_dlq_published)
                  : tn_broker_publish(b, name, strlen(name), &d->pub, 0, on_dlq_published);

@@ -655,6 +655,13 @@ struct tn_broker_s {
     void *append_check_arg;
     tn_publish_fn publisher; /* NULL: tn_broker_publish (tn_broker_set_publisher) */
     void *publisher_arg;
+    /* Asked before a dead letter of topic moves to dlq, an existing topic
+     * or one to make (NULL: every move goes): true refuses it, and why
+     * says why and what the operator does; the message stays on its
+     * channel, tried again DLQ_REFUSED_RETRY_MS later (channel.c). Set by
+     * ternd to api/access.h's ownership rule. */
+    bool (*dlq_refused)(void *arg, const char *topic, const char *dlq, char *why, size_t len);
+    void *dlq_refused_arg;
     tn_store_t *store;
     tn_broker_opts_t opts;
     tn_topic_t **buckets;

@@ -12,6 +12,7 @@ import http.client
 import json
 import os
 import sys
+import time
 import unittest
 import uuid
 
@@ -297,6 +298,128 @@ class UsersServeAuth(Base):
                          200)
         # Reading stays open, as /info does.
         self.assertEqual(self.request("GET", "/config/log_level")[0], 200)
+
+
+class DeadLetterOwners(Base):
+    """A dead-letter topic belongs to its parent topic's owner: no one
+    else makes it or publishes to it, and no dead letter moves into one
+    that someone else owns."""
+    ARGS = ("--nsq-auth-users",)
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        # mallory may make and produce to sec* topics, consume none.
+        st, _, body = cls.request("POST", "/v1/users", json.dumps({
+            "username": "mallory", "password": "mallory-pw",
+            "grants": [{"action": "create", "patterns": ["sec*"]},
+                       {"action": "produce", "patterns": ["sec*"]}]}).encode(),
+            dict(ADMIN, **JSON))
+        assert st == 201, body
+
+    MALLORY = basic("mallory", "mallory-pw")
+
+    def mallory_conn(self):
+        c = self.conn(feature_negotiation=True)
+        c.cmd("AUTH", b"mallory:mallory-pw")
+        kind, data = c.read_frame()
+        self.assertEqual(kind, FRAME_RESPONSE, data)
+        return c
+
+    def create(self, name, who, extra=None):
+        return self.request("POST", "/v1/topics",
+                            json.dumps(dict({"name": name}, **(extra or {}))).encode(),
+                            dict(who, **JSON))
+
+    def dead_letter_once(self, t):
+        """Deliver t's one message on channel default, release it, and
+        consume again: past max_attempts 1, it is not delivered."""
+        st, _, body = self.request("GET", f"/v1/topics/{t}/consume?wait=5s", headers=ADMIN)
+        self.assertEqual(st, 200, body)
+        m = json.loads(body)
+        self.assertEqual(m["attempts"], 1, m)
+        st, _, body = self.request(
+            "POST", f"/v1/topics/{t}/ack?extend=0&receipt_handle={m['receipt_handle']}",
+            headers=dict(ADMIN, **{"X-Tern-Client": "t"}))
+        self.assertEqual(st, 204, body)
+        st, _, body = self.request("GET", f"/v1/topics/{t}/consume?wait=2s", headers=ADMIN)
+        self.assertEqual(st, 204, body)
+
+    def dead_letter_arrives(self, dlq, parent=None, timeout=30):
+        """The dead letter in dlq; with parent, consumes from it meanwhile
+        (a move is tried when a delivery finds the message due)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if parent is not None:
+                st, _, body = self.request("GET", f"/v1/topics/{parent}/consume?wait=1s",
+                                           headers=ADMIN)
+                self.assertEqual(st, 204, body)
+            st, _, body = self.request("GET", f"/v1/topics/{dlq}/consume?wait=1s",
+                                       headers=ADMIN)
+            if st == 200:
+                return json.loads(body)
+            time.sleep(0.1)
+        self.fail(f"no dead letter reached {dlq}")
+
+    def test_only_the_parents_owner_makes_or_feeds_its_dead_letter_topic(self):
+        t = self.owned_topic({"max_attempts": 1})
+        dlq = f"{t}.default.DLQ"
+        st, _, body = self.create(dlq, self.MALLORY)
+        self.assertEqual(st, 403, body)
+        self.assertIn(f"{dlq} is a dead-letter topic of topic {t}", json.loads(body)["error"])
+        # Not through the NSQ doors either, which make topics.
+        kind, data = self.mallory_conn().pub(dlq, b"forged")
+        self.refused((kind, data))
+        self.assertIn(b"dead-letter topic of topic", data)
+        st, _, body = self.request("POST", f"/pub?topic={dlq}", b"forged", self.MALLORY)
+        self.assertEqual((st, json.loads(body)), (403, {"message": "FORBIDDEN"}))
+        st, _, body = self.request("POST", f"/topic/create?topic={dlq}", None, self.MALLORY)
+        self.assertEqual((st, json.loads(body)), (403, {"message": "FORBIDDEN"}))
+        # The topic the broker makes for the dead letter is the parent's owner's.
+        self.dead_letter_once(t)
+        self.assertEqual(self.dead_letter_arrives(dlq)["payload"], {"n": 1})
+        st, _, body = self.request("GET", f"/v1/topics/{dlq}", headers=ADMIN)
+        self.assertEqual((st, json.loads(body).get("owner")), (200, "admin"), body)
+        self.refused(self.mallory_conn().sub(dlq, "peek"))
+        st, _, body = self.request("POST", f"/v1/topics/{dlq}/produce", b'{"forged":1}',
+                                   dict(self.MALLORY, **JSON))
+        self.assertEqual(st, 403, body)
+        self.assertIn("only that topic's owner or an admin", json.loads(body)["error"])
+        # The parent's owner makes and feeds it, and an admin makes it for them.
+        t2 = fresh("sec")
+        self.assertEqual(self.create(t2, self.MALLORY)[0], 201)
+        st, _, body = self.create(f"{t2}.default.DLQ", ADMIN)
+        self.assertEqual((st, json.loads(body).get("owner")), (201, "mallory"), body)
+        st, _, body = self.create(f"{t2}.other.DLQ", self.MALLORY)
+        self.assertEqual((st, json.loads(body).get("owner")), (201, "mallory"), body)
+        self.assertEqual(self.mallory_conn().pub(f"{t2}.default.DLQ", b"m"),
+                         (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(self.request("POST", f"/pub?topic={t2}.other.DLQ", b"m", self.MALLORY)[0],
+                         200)
+
+    def test_no_dead_letter_moves_into_a_topic_someone_else_owns(self):
+        # mallory makes the dead-letter topic before its parent exists.
+        t = fresh("sec")
+        dlq = f"{t}.default.DLQ"
+        st, _, body = self.create(dlq, self.MALLORY)
+        self.assertEqual(st, 201, body)
+        st, _, body = self.create(t, ADMIN, {"max_attempts": 1})
+        self.assertEqual(st, 201, body)
+        st, _, body = self.request("POST", f"/v1/topics/{t}/produce", b'{"n":1}',
+                                   dict(ADMIN, **JSON))
+        self.assertEqual(st, 202, body)
+        self.dead_letter_once(t)
+        line = self.d.wait_for(f"dead letters of {t}/default stay on their channel", timeout=10)
+        self.assertIn(f"{dlq} is owned by mallory, not by the owner of {t} (admin)", line)
+        self.assertIn(f'PATCH /v1/topics/{dlq} {{"owner": "admin"}}', line)
+        self.assertEqual(self.next_offset(dlq), 0)  # nothing moved
+        st, _, body = self.request("GET", f"/v1/topics/{t}/consume?wait=1s", headers=ADMIN)
+        self.assertEqual(st, 204, body)  # and nothing delivered again
+        # The operator gives it the parent's owner: the move goes on.
+        st, _, body = self.request("PATCH", f"/v1/topics/{dlq}", b'{"owner":"admin"}',
+                                   dict(ADMIN, **JSON))
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.dead_letter_arrives(dlq, t)["payload"], {"n": 1})
 
 
 def main():

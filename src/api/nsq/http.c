@@ -224,7 +224,9 @@ static bool guarded(const tn_nsq_http_t *api, const char *topic)
     return api->protect_all || tn_access_protected(api->meta, topic);
 }
 
-typedef enum { NEED_READ, NEED_PRODUCE, NEED_CONSUME, NEED_MANAGE } need_t;
+/* NEED_MAKE: to /topic/create (NEED_READ's right, and a dead-letter
+ * topic's name only for its parent's owner). */
+typedef enum { NEED_READ, NEED_MAKE, NEED_PRODUCE, NEED_CONSUME, NEED_MANAGE } need_t;
 
 /* Whether r's user may do what need says on topic: admin, the topic's
  * owner, or a grant of the kind (any grant, to see it). */
@@ -235,11 +237,16 @@ static bool may(tn_nsq_http_t *api, const tn_http_request_t *r, const char *topi
         return false;
     if (tn__v1_is_admin(v, r))
         return true;
+    char why[TN_NAME_MAX * 2 + 128];
+    if ((need == NEED_MAKE || need == NEED_PRODUCE) &&
+        tn_access_dlq_refused(api->meta, topic, r->principal, why, sizeof(why)))
+        return false;
     const char *owner = tn_access_owner(api->meta, topic);
     if (owner != NULL && strcmp(owner, r->principal) == 0)
         return true;
     switch (need) {
     case NEED_READ:
+    case NEED_MAKE:
         return tn__v1_has_grant(tn__v1_caller(v, r), 0, topic);
     case NEED_PRODUCE:
         return tn__v1_can_do(v, r, TN_GRANT_PRODUCE, topic);
@@ -1167,8 +1174,9 @@ static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_
     }
     /* On a guarded topic: a channel's actions are its consumers' (a
      * consume grant); the topic's, its owner's; creating an existing
-     * topic, anyone's who may see it. */
-    need_t need = channel_op ? NEED_CONSUME : op == OP_CREATE ? NEED_READ : NEED_MANAGE;
+     * topic, anyone's who may see it (a dead-letter topic's name, its
+     * parent's owner's: api/access.h). */
+    need_t need = channel_op ? NEED_CONSUME : op == OP_CREATE ? NEED_MAKE : NEED_MANAGE;
     if (!authorize(r, api, m->topic, need)) {
         tn_free(m);
         return;

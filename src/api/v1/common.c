@@ -9,6 +9,7 @@
 #include "api/v1/common.h"
 
 #include "core/err.h"
+#include "api/access.h"
 #include "api/drain.h"
 #include "cluster/replica.h"
 
@@ -115,16 +116,7 @@ bool tn__v1_is_admin(tn_v1_t *v, const tn_http_request_t *r)
 {
     if (!v->o.security)
         return true;
-    const tn_meta_user_t *u = tn__v1_caller(v, r);
-    if (u == NULL)
-        return false;
-    if (u->root)
-        return true;
-    for (uint16_t i = 0; i < u->ngrants; i++) {
-        if (u->grants[i].action == TN_GRANT_ADMIN)
-            return true;
-    }
-    return false;
+    return tn_access_user_admin(tn__v1_caller(v, r));
 }
 
 /* Whether u holds a grant of action (0: any) whose pattern matches name. */
@@ -444,6 +436,15 @@ bool tn__v1_can_manage(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_top
     return !v->o.security || owner || tn__v1_is_admin(v, r);
 }
 
+bool tn__v1_dlq_refused(tn_v1_t *v, tn_http_request_t *r, const char *name)
+{
+    char why[TN_NAME_MAX * 2 + 128];
+    if (!v->o.security || !tn_access_dlq_refused(v->meta, name, r->principal, why, sizeof(why)))
+        return false;
+    tn__v1_error(r, 403, why, NULL);
+    return true;
+}
+
 bool tn__v1_can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const char *topic)
 {
     return tn__v1_is_admin(v, r) || tn__v1_has_grant(tn__v1_caller(v, r), action, topic);
@@ -477,6 +478,8 @@ const tn_meta_topic_entry_t *tn__v1_granted_topic(tn_v1_t *v, tn_http_request_t 
                      NULL);
         return NULL;
     }
+    if (action == TN_GRANT_PRODUCE && tn__v1_dlq_refused(v, r, topic))
+        return NULL;
     if (action == TN_GRANT_PRODUCE && e->rec.parent[0] != '\0' && e->rec.fanout_delay_ms > 0) {
         tn__v1_error(r, 409, "direct produce to a delay child is not allowed", NULL);
         return NULL;

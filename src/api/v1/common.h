@@ -65,6 +65,10 @@ bool tn__v1_admin_only(tn_v1_t *v, tn_http_request_t *r);
 bool tn__v1_caught_up(tn_v1_t *v, tn_http_request_t *r);
 /* The topic's owner or an admin (or security off). */
 bool tn__v1_can_manage(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t);
+/* With security on: name is a dead-letter topic of a topic the caller
+ * neither owns nor administers (api/access.h, tn_access_dlq_refused), and
+ * the answer was 403 naming the rule. */
+bool tn__v1_dlq_refused(tn_v1_t *v, tn_http_request_t *r, const char *name);
 /* Refuse one of nsqd's endpoints in its style: status and
  * {"message":code} (401 asks for Basic credentials; 429 and 503 carry
  * Retry-After). */

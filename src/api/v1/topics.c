@@ -14,6 +14,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
+#include "api/access.h"
 #include "api/fanout.h"
 #include "proto/http/json.h"
 
@@ -557,6 +558,8 @@ static void on_topic_create(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 403, "no create grant for this topic name", NULL);
         return;
     }
+    if (tn__v1_dlq_refused(v, r, c.topic.name))
+        return;
     tn_topic_t *existing = NULL;
     if (tn_meta_topic_find(tn_meta_state(v->meta), c.topic.name) != NULL ||
         tn_broker_topic(v->broker, c.topic.name, strlen(c.topic.name), false, 0, NULL, &existing) !=
@@ -591,8 +594,12 @@ static void on_topic_create(tn_http_request_t *r, void *arg)
             return;
         }
     }
-    if (v->o.security)
-        snprintf(c.topic.owner, sizeof(c.topic.owner), "%.*s", TN_USERNAME_MAX, r->principal);
+    if (v->o.security) {
+        /* A dead-letter topic is its parent's owner's (api/access.h). */
+        const char *owner = tn_access_parent_owner(v->meta, c.topic.name);
+        snprintf(c.topic.owner, sizeof(c.topic.owner), "%.*s", TN_USERNAME_MAX,
+                 owner != NULL ? owner : r->principal);
+    }
     c.type = TN_MC_TOPIC_PUT;
     c.if_absent = true;
     c.clamp = true; /* the factor asked: the metastore clamps it */

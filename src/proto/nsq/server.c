@@ -961,6 +961,13 @@ static int auth_gate(conn_t *c, const tn_nsq_cmd_t *cmd)
         ok = tn_authz_can_subscribe(c->authz, topic, channel);
     } else {
         ok = tn_authz_can_publish(c->authz, topic);
+        if (ok && o->pub_refused != NULL &&
+            o->pub_refused(o->protected_arg, topic, c->authz->identity, text, sizeof(text))) {
+            char line[sizeof(text) + 16];
+            snprintf(line, sizeof(line), "%s refused: %s", name, text);
+            send_error(c, TN_NSQ_E_UNAUTHORIZED, line);
+            return 0;
+        }
     }
     if (ok)
         return 1;

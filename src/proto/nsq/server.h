@@ -73,6 +73,11 @@ typedef struct {
      * refused with E_UNAUTHORIZED. NULL: every topic is open. */
     bool (*is_protected)(void *arg, const char *topic);
     void *protected_arg;
+    /* With auth_local (tern's users): whether the AUTH'ed identity may not
+     * PUB, MPUB or DPUB to topic beyond its grants (a dead-letter topic
+     * of another's topic, api/access.h); text gets the E_UNAUTHORIZED
+     * sentence. NULL: the grants alone decide. Called with protected_arg. */
+    bool (*pub_refused)(void *arg, const char *topic, const char *identity, char *text, size_t len);
     /* Where publishes go (cluster/router.h); borrowed for the server's
      * lifetime. */
     tn_router_t *router;

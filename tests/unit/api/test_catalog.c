@@ -61,7 +61,7 @@ static void cfx_start(cfx_t *f, bool cluster)
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/meta", f->fx->dir);
     f->m = tu_meta_lone(&f->fx->loop, dir, NULL);
-    tn_catalog_opts_t co = {30000, 0, 0, 0, 1, cluster, 1, 1};
+    tn_catalog_opts_t co = {30000, 0, 0, 0, 1, cluster, 1, 1, false};
     assert_int_equal(tn_catalog_start(f->b, f->m, &co, &f->cat), 0);
     tn_catalog_reconcile(f->cat);
 }
@@ -658,7 +658,7 @@ static void cluster_open(cluster_t *c)
     }
     assert_true(tu_run_loop(&c->loop, cluster_ready, c));
     for (uint64_t i = 1; i <= N; i++) {
-        tn_catalog_opts_t co = {30000, 0, 0, 0, i, true, 1, 1};
+        tn_catalog_opts_t co = {30000, 0, 0, 0, i, true, 1, 1, false};
         assert_int_equal(tn_catalog_start(c->b[i], c->m[i], &co, &c->cat[i]), 0);
         tn_catalog_reconcile(c->cat[i]);
     }
