@@ -244,6 +244,68 @@ class NsqReplicated(harness.ClusterTest):
         status, info = n1.request("GET", "/v1/topics/dl.default.DLQ")
         self.assertEqual(status, 200, info)
         self.assertEqual(info["replication_factor"], 3, info)
+        # Made by the move, it is the parent's owner's (operations.md,
+        # "Dead letters and owners").
+        self.assertEqual(info.get("owner"), "admin", info)
+
+    def test_no_dead_letter_moves_into_a_topic_another_node_made_for_another(self):
+        # mallory makes xo.default.DLQ through node 2 before xo exists; xo
+        # (admin's, led by node 1) never moves its dead letters there: the
+        # node holding the channel checks the metastore's record of a
+        # topic another node made. Once xo exists, its dead-letter names
+        # are refused to mallory on every node.
+        c = self.start([])
+        n1, n2 = c.nodes[0], c.nodes[1]
+        status, body = n1.request("POST", "/v1/users", {
+            "username": "mallory", "password": "mallory-pw",
+            "grants": [{"action": "create", "patterns": ["xo*"]}]})
+        self.assertEqual(status, 201, body)
+        mallory = {"Authorization": harness.basic("mallory", "mallory-pw")}
+        wait_until("node 2 has mallory", lambda: n2.request(
+            "GET", "/v1/users/mallory", auth=False, headers=mallory)[0] == 200, 30)
+        status, body = n2.request("POST", "/v1/topics", {"name": "xo.default.DLQ"}, auth=False,
+                                  headers=mallory)
+        self.assertEqual((status, body.get("owner")), (201, "mallory"), body)
+        status, body = n1.request("POST", "/v1/topics",
+                                  {"name": "xo", "partitions": 1, "max_attempts": 1,
+                                   "replication_factor": 1})
+        self.assertEqual(status, 201, body)
+        wait_until("node 2 has xo", lambda: n2.request("GET", "/v1/topics/xo")[0] == 200, 30)
+        status, body = n2.request("POST", "/v1/topics", {"name": "xo.other.DLQ"}, auth=False,
+                                  headers=mallory)
+        self.assertEqual(status, 403, body)
+        self.assertIn("is a dead-letter topic of topic xo", body["error"])
+        holder = self.node(c, n1.owners("xo")[0])
+        status, answer = holder.request("POST", "/v1/topics/xo/produce", b"poison",
+                                        headers=OCTET, timeout=60)
+        self.assertEqual(status, 202, answer)
+        status, m = wait_until("the message delivered", lambda: (lambda r: r if r[0] == 200
+                               else None)(holder.request("GET", "/v1/topics/xo/consume?wait=1s",
+                                                         headers=CLIENT)), 60)
+        status, answer = holder.request(
+            "POST", f"/v1/topics/xo/ack?extend=0&receipt_handle={m['receipt_handle']}",
+            headers=CLIENT)
+        self.assertEqual(status, 204, answer)
+        status, answer = holder.request("GET", "/v1/topics/xo/consume?wait=2s", headers=CLIENT)
+        self.assertEqual(status, 204, answer)
+        wait_until("the refusal logged", lambda: "dead letters of xo/default stay on their "
+                   "channel: their dead-letter topic xo.default.DLQ is owned by mallory"
+                   in holder.log(), 30)
+        status, info = n1.request("GET", "/v1/topics/xo.default.DLQ")
+        self.assertEqual(status, 200, info)
+        self.assertEqual(sum(p["message_count"] for p in info["partition_stats"]), 0, info)
+        # The operator's fix: the move goes on at the next delivery.
+        status, body = n2.request("PATCH", "/v1/topics/xo.default.DLQ", {"owner": "admin"})
+        self.assertEqual(status, 200, body)
+
+        def dead_letter():
+            r = holder.request("GET", "/v1/topics/xo/consume?wait=1s", headers=CLIENT)
+            self.assertEqual(r[0], 204, r)
+            r = n1.request("GET", "/v1/topics/xo.default.DLQ/consume?wait=1s", headers=CLIENT)
+            self.assertIn(r[0], (200, 204, 503), r)
+            return r[1] if r[0] == 200 else None
+        m = wait_until("the dead letter delivered", dead_letter, 60)
+        self.assertEqual(m["payload"], "poison", m)
 
 
 if __name__ == "__main__":
