@@ -206,6 +206,25 @@ class NsqReplicated(harness.ClusterTest):
         got = self.drain(c, "vt", owners, acked)
         self.check_after_epoch_start(got)
 
+    def poison_past_max_attempts(self, node, topic):
+        """Produce "poison" to topic (max_attempts 1) through node, take its
+        delivery and release it; the next consume, the one that moves it,
+        delivers nothing."""
+        status, answer = node.request("POST", f"/v1/topics/{topic}/produce", b"poison",
+                                      headers=OCTET, timeout=60)
+        self.assertEqual(status, 202, answer)
+        status, m = wait_until("the message delivered", lambda: (lambda r: r if r[0] == 200
+                               else None)(node.request("GET", f"/v1/topics/{topic}/consume?wait=1s",
+                                                       headers=CLIENT)), 60)
+        self.assertEqual(m["attempts"], 1, m)
+        status, answer = node.request(
+            "POST", f"/v1/topics/{topic}/ack?extend=0&receipt_handle={m['receipt_handle']}",
+            headers=CLIENT)
+        self.assertEqual(status, 204, answer)
+        status, answer = node.request("GET", f"/v1/topics/{topic}/consume?wait=2s",
+                                      headers=CLIENT)
+        self.assertEqual(status, 204, answer)
+
     def test_first_dead_letter_waits_for_the_epoch(self):
         # The dead-letter topic is made (factor 3) by the first message
         # that moves there; its new leader is not serving for DELAY_MS.
@@ -218,20 +237,7 @@ class NsqReplicated(harness.ClusterTest):
         status, body = n1.request("POST", "/v1/topics",
                                   {"name": "dl", "partitions": 1, "max_attempts": 1})
         self.assertEqual(status, 201, body)
-        status, answer = n1.request("POST", "/v1/topics/dl/produce", b"poison", headers=OCTET,
-                                    timeout=60)
-        self.assertEqual(status, 202, answer)
-        status, m = wait_until("the message delivered", lambda: (lambda r: r if r[0] == 200
-                               else None)(n1.request("GET", "/v1/topics/dl/consume?wait=1s",
-                                                     headers=CLIENT)), 60)
-        self.assertEqual(m["attempts"], 1, m)
-        status, answer = n1.request(
-            "POST", f"/v1/topics/dl/ack?extend=0&receipt_handle={m['receipt_handle']}",
-            headers=CLIENT)
-        self.assertEqual(status, 204, answer)
-        # The one consume that moves it: nothing is delivered.
-        status, answer = n1.request("GET", "/v1/topics/dl/consume?wait=2s", headers=CLIENT)
-        self.assertEqual(status, 204, answer)
+        self.poison_past_max_attempts(n1, "dl")
 
         def dead_letter():
             r = n1.request("GET", "/v1/topics/dl.default.DLQ/consume?wait=1s", headers=CLIENT)
@@ -276,18 +282,7 @@ class NsqReplicated(harness.ClusterTest):
         self.assertEqual(status, 403, body)
         self.assertIn("is a dead-letter topic of topic xo", body["error"])
         holder = self.node(c, n1.owners("xo")[0])
-        status, answer = holder.request("POST", "/v1/topics/xo/produce", b"poison",
-                                        headers=OCTET, timeout=60)
-        self.assertEqual(status, 202, answer)
-        status, m = wait_until("the message delivered", lambda: (lambda r: r if r[0] == 200
-                               else None)(holder.request("GET", "/v1/topics/xo/consume?wait=1s",
-                                                         headers=CLIENT)), 60)
-        status, answer = holder.request(
-            "POST", f"/v1/topics/xo/ack?extend=0&receipt_handle={m['receipt_handle']}",
-            headers=CLIENT)
-        self.assertEqual(status, 204, answer)
-        status, answer = holder.request("GET", "/v1/topics/xo/consume?wait=2s", headers=CLIENT)
-        self.assertEqual(status, 204, answer)
+        self.poison_past_max_attempts(holder, "xo")
         wait_until("the refusal logged", lambda: "dead letters of xo/default stay on their "
                    "channel: their dead-letter topic xo.default.DLQ is owned by mallory"
                    in holder.log(), 30)
