@@ -12,8 +12,10 @@ bool tn_fd_room_at(int fd, tn_fd_tier_t tier)
     struct rlimit rl;
     if (fd < 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
         return true;
-    rlim_t keep = tier == TN_FD_CONNS ? rl.rlim_cur / 4 : rl.rlim_cur / 8;
-    rlim_t least = tier == TN_FD_CONNS ? 16 : 8;
+    rlim_t keep = tier == TN_FD_CONNS   ? rl.rlim_cur / 4
+                  : tier == TN_FD_PEERS ? rl.rlim_cur / 16 * 3
+                                        : rl.rlim_cur / 8;
+    rlim_t least = tier == TN_FD_CONNS ? 16 : tier == TN_FD_PEERS ? 12 : 8;
     if (keep < least)
         keep = least;
     return (rlim_t)fd + keep < rl.rlim_cur;

@@ -2,10 +2,12 @@
  * connection, segment, index and channel file is a descriptor, and a
  * segment roll that cannot open its file stops its partition's writes
  * until a restart (storage errors are sticky). So what clients can make
- * more of stops short of the limit, in tiers: incoming connections (the
- * doors', Raft's) may use the lower three quarters (TN_FD_CONNS), the
- * creation of topics and channels the lower seven eighths (TN_FD_CREATE),
- * and the rest stays for the partitions already there.
+ * more of stops short of the limit, in tiers: the doors' incoming
+ * connections may use the lower three quarters (TN_FD_CONNS), the
+ * metastore's Raft port the lower thirteen sixteenths (TN_FD_PEERS: above
+ * the doors' mark, so clients that fill the doors do not lock the peers
+ * out), the creation of topics and channels the lower seven eighths
+ * (TN_FD_CREATE), and the rest stays for the partitions already there.
  *
  * The kernel gives out the lowest free descriptor, so a descriptor at or
  * above a mark means every one below it is taken: checking the number of
@@ -19,6 +21,7 @@
 
 typedef enum {
     TN_FD_CONNS,  /* a quarter of the limit kept back, at least 16 */
+    TN_FD_PEERS,  /* three sixteenths kept back, at least 12 */
     TN_FD_CREATE, /* an eighth kept back, at least 8 */
 } tn_fd_tier_t;
 

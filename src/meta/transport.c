@@ -958,9 +958,11 @@ static void on_accept(uv_stream_t *server, int status)
     }
     int rc = uv_accept(server, (uv_stream_t *)c->tcp);
     uv_os_fd_t fd;
-    if (rc == 0 && uv_fileno((uv_handle_t *)c->tcp, &fd) == 0 && !tn_fd_room_at(fd, TN_FD_CONNS)) {
-        /* Unauthenticated until its handshake: as a door's connection, it
-         * may not take the descriptors storage needs (core/fdroom.h). */
+    if (rc == 0 && uv_fileno((uv_handle_t *)c->tcp, &fd) == 0 && !tn_fd_room_at(fd, TN_FD_PEERS)) {
+        /* Unauthenticated until its handshake, it may not take the
+         * descriptors storage needs; but its mark is above the doors', so
+         * clients filling the doors leave room for the peers
+         * (core/fdroom.h). */
         refuse(c, "near the descriptor limit");
         return;
     }

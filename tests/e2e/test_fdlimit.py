@@ -122,6 +122,25 @@ class FdLimit(unittest.TestCase):
             time.sleep(0.02)
         self.publish_across_segments()
 
+    def test_a_door_flood_leaves_the_raft_port_to_the_peers(self):
+        # Clients filling the doors up to their mark must not lock the
+        # metastore's peers out: Raft's incoming connections have a mark of
+        # their own above the doors' (a node that could take no peer's
+        # connection would hear no leader and stand for election forever).
+        port = self.raft_port()
+        ping = b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+        held = self.flood(self.d.http_port, ping, lambda got: got.startswith(b"HTTP/1.1 200"))
+        self.assertLess(held, FLOOD)
+        peer = socket.create_connection(("127.0.0.1", port), timeout=1)
+        self.socks.append(peer)
+        try:
+            got = peer.recv(100)  # a refused connection is closed at once
+        except socket.timeout:
+            got = None  # accepted: waiting for the handshake
+        except ConnectionResetError:
+            got = b""
+        self.assertIsNone(got, "the Raft port refused a connection after a door flood")
+
     def test_new_topics_leave_descriptors_for_the_ones_there(self):
         # Every topic and channel holds descriptors: creating them stops
         # short of the limit (a clear error), and the topics already there

@@ -24,16 +24,21 @@ static void test_marks(void **state)
     (void)state;
     if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < 1024)
         skip(); /* a hard limit this low cannot take the first case */
-    /* 1024: a quarter (256) and an eighth (128) kept back. */
+    /* 1024: a quarter (256), three sixteenths (192) and an eighth (128)
+     * kept back. */
     assert_int_equal(set_limit(1024), 0);
     assert_true(tn_fd_room_at(767, TN_FD_CONNS));
     assert_false(tn_fd_room_at(768, TN_FD_CONNS));
+    assert_true(tn_fd_room_at(831, TN_FD_PEERS));
+    assert_false(tn_fd_room_at(832, TN_FD_PEERS));
     assert_true(tn_fd_room_at(895, TN_FD_CREATE));
     assert_false(tn_fd_room_at(896, TN_FD_CREATE));
-    /* 64: at least 16 and 8. */
+    /* 64: at least 16, 12 and 8. */
     assert_int_equal(set_limit(64), 0);
     assert_true(tn_fd_room_at(47, TN_FD_CONNS));
     assert_false(tn_fd_room_at(48, TN_FD_CONNS));
+    assert_true(tn_fd_room_at(51, TN_FD_PEERS));
+    assert_false(tn_fd_room_at(52, TN_FD_PEERS));
     assert_true(tn_fd_room_at(55, TN_FD_CREATE));
     assert_false(tn_fd_room_at(56, TN_FD_CREATE));
     assert_true(tn_fd_room_at(-1, TN_FD_CREATE)); /* no descriptor: nothing to say */
