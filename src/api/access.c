@@ -14,6 +14,32 @@ static const char *owner_of(const tn_meta_state_t *s, const char *name)
     return e != NULL && e->rec.owner[0] != '\0' ? e->rec.owner : NULL;
 }
 
+/* The hashed form of a dead-letter name (core/name.h), made for a topic
+ * whose name is longer than TN_NAME_DLQ_PREFIX: each such topic of the
+ * metastore that begins with the name's prefix is a candidate parent (the
+ * hash covers the channel too, so it names no one topic). */
+static const char *hashed_parent(const char *name, size_t n, char parent[TN_NAME_MAX + 1],
+                                 const char *(*fn)(const tn_meta_state_t *, const char *, void *),
+                                 const tn_meta_state_t *s, void *arg)
+{
+    if (n != TN_NAME_DLQ_PREFIX + 1 + 8 + 4 || name[TN_NAME_DLQ_PREFIX] != '.')
+        return NULL;
+    for (size_t i = TN_NAME_DLQ_PREFIX + 1; i < TN_NAME_DLQ_PREFIX + 9; i++) {
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+            return NULL;
+    }
+    for (size_t k = 0; k < s->ntopics; k++) {
+        const char *t = s->topics[k]->rec.name;
+        if (strlen(t) <= TN_NAME_DLQ_PREFIX || memcmp(t, name, TN_NAME_DLQ_PREFIX) != 0)
+            continue;
+        snprintf(parent, TN_NAME_MAX + 1, "%s", t);
+        const char *r = fn(s, parent, arg);
+        if (r != NULL)
+            return r;
+    }
+    return NULL;
+}
+
 /* Calls fn for each topic that names a dead-letter topic's parent: every
  * split of `<topic>.<channel>.DLQ`, the longest topic first (channel and
  * topic names may hold dots). Stops at fn's first non-NULL answer and
@@ -37,7 +63,7 @@ static const char *each_parent(const char *name, char parent[TN_NAME_MAX + 1],
             return r;
         parent[i] = '.';
     }
-    return NULL;
+    return hashed_parent(name, n, parent, fn, s, arg);
 }
 
 static const char *any_owner(const tn_meta_state_t *s, const char *parent, void *arg)

@@ -30,6 +30,11 @@ bool tn_name_valid_any(const char *s, size_t len);
 /* The doors' refusal, after "channel <name> ". */
 #define TN_NAME_LINK_REFUSED "belongs to the link of a child topic"
 
+/* A dead letter of topic T's channel C moves to `T.C.DLQ`, or, when that
+ * passes TN_NAME_MAX, to `<T's first TN_NAME_DLQ_PREFIX characters>.<8 hex
+ * digits: a hash of T and C>.DLQ` (queue/channel.c, api/access.h). */
+#define TN_NAME_DLQ_PREFIX 200
+
 /* Whether s (len bytes, borrowed) names a link's channel. */
 bool tn_name_link_channel(const char *s, size_t len);
 

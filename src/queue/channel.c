@@ -1337,7 +1337,7 @@ static void dlq_name(const tn_channel_t *ch, char *out, size_t len)
     h = (h ^ 0) * 16777619u;
     for (const char *p = ch->name; *p; p++)
         h = (h ^ (unsigned char)*p) * 16777619u;
-    snprintf(out, len, "%.200s.%08x.DLQ", ch->topic->name, h);
+    snprintf(out, len, "%.*s.%08x.DLQ", TN_NAME_DLQ_PREFIX, ch->topic->name, h);
 }
 
 static void on_dlq_published(tn_pub_t *p, int status)

@@ -422,6 +422,29 @@ class DeadLetterOwners(Base):
         self.assertEqual(self.dead_letter_arrives(dlq, t)["payload"], {"n": 1})
 
 
+    def test_a_long_topics_hashed_dead_letter_topic_is_its_owners(self):
+        # A topic name past 243 characters makes its dead-letter topic's
+        # name `<its first 200>.<hash>.DLQ` (queue/channel.c): that topic is
+        # its parent's owner's all the same, not open to everyone.
+        t = fresh("sec") + "x" * 235  # 248: `<t>.default.DLQ` would pass 255
+        st, _, body = self.create(t, ADMIN, {"max_attempts": 1})
+        self.assertEqual(st, 201, body)
+        st, _, body = self.request("POST", f"/v1/topics/{t}/produce", b'{"n":1}',
+                                   dict(ADMIN, **JSON))
+        self.assertEqual(st, 202, body)
+        h = 2166136261
+        for b in t.encode() + b"\0" + b"default":
+            h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+        dlq = f"{t[:200]}.{h:08x}.DLQ"
+        self.dead_letter_once(t)
+        self.assertEqual(self.dead_letter_arrives(dlq)["payload"], {"n": 1})
+        st, _, body = self.request("GET", f"/v1/topics/{dlq}", headers=ADMIN)
+        self.assertEqual((st, json.loads(body).get("owner")), (200, "admin"), body)
+        # Nor does anyone else make one of that form for it.
+        st, _, body = self.create(f"{t[:200]}.0badcafe.DLQ", self.MALLORY)
+        self.assertEqual(st, 403, body)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)
