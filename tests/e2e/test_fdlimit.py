@@ -112,12 +112,12 @@ class FdLimit(unittest.TestCase):
     def test_raft_connections_leave_descriptors_for_storage(self):
         # The metastore's Raft port answers nothing before a handshake, so
         # the flood waits for the state instead: the descriptors in use
-        # reaching the doors' mark (three quarters of the limit).
+        # reaching Raft's mark (thirteen sixteenths of the limit).
         port = self.raft_port()
         for _ in range(FLOOD):
             self.socks.append(socket.create_connection(("127.0.0.1", port), timeout=10))
         deadline = time.monotonic() + 10
-        while len(os.listdir(f"/proc/{self.d.proc.pid}/fd")) < NOFILE * 3 // 4 - 1:
+        while len(os.listdir(f"/proc/{self.d.proc.pid}/fd")) < NOFILE * 13 // 16 - 1:
             self.assertLess(time.monotonic(), deadline, "the flood was never accepted")
             time.sleep(0.02)
         self.publish_across_segments()
