@@ -3,6 +3,7 @@
 
 #include "core/fdroom.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -23,10 +24,13 @@ bool tn_fd_room_at(int fd, tn_fd_tier_t tier)
 
 bool tn_fd_room(tn_fd_tier_t tier)
 {
-    /* The lowest free descriptor (stderr is always open to copy). */
+    /* The lowest free descriptor: a copy of stderr, or, when it is
+     * closed (a daemon started with 2>&-), of the root directory opened. */
     int fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0 && errno == EBADF)
+        fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return false; /* none free at all */
+        return false; /* none free at all (EMFILE) */
     bool room = tn_fd_room_at(fd, tier);
     close(fd);
     return room;

@@ -28,7 +28,8 @@ typedef enum {
 /* Whether descriptor fd lies below tier's mark (true without a limit). */
 bool tn_fd_room_at(int fd, tn_fd_tier_t tier);
 /* Whether the lowest free descriptor lies below tier's mark: a probe
- * (one dup and close), for before the files are opened. */
+ * (one dup of stderr, or an open of "/" when stderr is closed, and a
+ * close), for before the files are opened. */
 bool tn_fd_room(tn_fd_tier_t tier);
 
 #endif

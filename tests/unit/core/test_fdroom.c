@@ -68,6 +68,20 @@ static void test_probe(void **state)
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
 }
 
+static void test_probe_without_stderr(void **state)
+{
+    (void)state;
+    /* A daemon started with stderr closed (2>&-) still finds its room:
+     * the probe does not need descriptor 2 to copy. */
+    int saved_err = dup(STDERR_FILENO);
+    assert_true(saved_err >= 0);
+    close(STDERR_FILENO);
+    bool room = tn_fd_room(TN_FD_CREATE);
+    assert_int_equal(dup2(saved_err, STDERR_FILENO), STDERR_FILENO);
+    close(saved_err);
+    assert_true(room);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -79,6 +93,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_marks),
         cmocka_unit_test(test_probe),
+        cmocka_unit_test(test_probe_without_stderr),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
