@@ -2181,8 +2181,12 @@ static void test_first_timers_apart_elect_at_once(void **state)
     cluster_init(&c, &loop, dir, 3);
     c.election_ms = 1000;
     c.heartbeat_ms = 100;
-    /* [E/4, E/2] is [250, 500]. */
-    setenv("TERN_TEST_FIRST_TIMERS_MS", "405,450,495", 1);
+    /* [E/4, E/2] is [250, 500]. All three fall between the same two
+     * ticks of a heartbeat apart (400 and 500 ms), where they stood
+     * together; with finer ticks node 1 asks first and has some 90 ms,
+     * dozens of round trips on loopback even on a busy machine, to win
+     * before the others' timers expire. */
+    setenv("TERN_TEST_FIRST_TIMERS_MS", "401,495,499", 1);
     uv_update_time(&loop);
     uint64_t t0 = uv_now(&loop); /* every voter's timers start here: the loop's time is cached */
     for (uint64_t i = 1; i <= 3; i++)
