@@ -13,7 +13,9 @@
  * admin: tn_access_dlq_refused), the topic made for it takes that owner
  * (tn_access_parent_owner), and no dead letter moves into one owned by
  * anyone else (tn_access_dlq_mismatch). A name splits into a parent and a
- * channel at every dot: each split is a candidate parent.
+ * channel at every dot: each split is a candidate parent (meta/owner.h,
+ * whose rules the metastore applies again to a dead-letter name's create
+ * and to an owner change, on its own state).
  *
  * Threads: the loop thread that owns the metastore. */
 #ifndef TN_API_ACCESS_H

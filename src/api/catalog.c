@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/name.h"
 #include "core/time.h"
+#include "meta/owner.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -175,6 +176,10 @@ static void topic_record(tn_catalog_t *c, const tn_topic_t *t, tn_meta_cmd_t *ou
     const char *owner = c->o.security ? tn_access_parent_owner(c->meta, t->name) : NULL;
     if (owner != NULL)
         snprintf(cmd.topic.owner, sizeof(cmd.topic.owner), "%s", owner);
+    /* The metastore gives a dead-letter name its parent's owner from its
+     * own state, which this replica may lag (meta/owner.h). */
+    if (c->o.security && tn_meta_dlq_form(t->name))
+        cmd.owner_rule = TN_META_OWN_FOLLOW;
     /* The server's defaults. The metastore clamps the factor to the
      * members alive when it applies the record (cmd.h, clamp), not this
      * node's copy, which may lag. */

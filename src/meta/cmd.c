@@ -228,6 +228,18 @@ uint64_t tn_meta_user_fingerprint(const tn_meta_user_t *u)
 
 /* --- encoding ----------------------------------------------------------------- */
 
+/* TOPIC_PUT's owner rule (cmd.h): known bits; CHECK and FOLLOW on a
+ * create only, and not together; CARRY on an update only. */
+static bool owner_rule_valid(const tn_meta_cmd_t *c)
+{
+    uint8_t r = c->owner_rule;
+    bool made = (r & (TN_META_OWN_CHECK | TN_META_OWN_FOLLOW)) != 0;
+    return (r & ~TN_META_OWN_ALL) == 0 &&
+           (r & (TN_META_OWN_CHECK | TN_META_OWN_FOLLOW)) !=
+               (TN_META_OWN_CHECK | TN_META_OWN_FOLLOW) &&
+           (!made || c->if_absent) && ((r & TN_META_OWN_CARRY) == 0 || !c->if_absent);
+}
+
 int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
 {
     size_t start = tn_buf_size(out);
@@ -249,7 +261,10 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         tn__meta_w_u8(
             &w, (c->if_absent ? 1 : 0) | (c->topic.native ? 2 : 0) | (c->if_unchanged ? 4 : 0) |
                     (c->nskip > 0 ? 8 : 0) | (c->again ? TN_META_TOPIC_AGAIN : 0) |
-                    (repl ? TN_META_TOPIC_REPL : 0) | (c->clamp ? TN_META_TOPIC_CLAMP : 0));
+                    (repl ? TN_META_TOPIC_REPL : 0) | (c->clamp ? TN_META_TOPIC_CLAMP : 0) |
+                    (c->owner_rule != 0 ? TN_META_TOPIC_OWNER : 0));
+        if (!owner_rule_valid(c))
+            w.rc = UV_EINVAL;
         w_topic(&w, &c->topic);
         if (c->if_unchanged)
             tn__meta_w_u64(&w, c->expect);
@@ -267,6 +282,8 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
             tn__meta_w_u8(&w, factor);
             tn__meta_w_u8(&w, min_insync);
         }
+        if (c->owner_rule != 0)
+            tn__meta_w_u8(&w, c->owner_rule);
         break;
     }
     case TN_MC_TOPIC_DELETE:
@@ -300,6 +317,8 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         break;
     case TN_MC_USER_DELETE:
         tn__meta_w_str(&w, c->user.name, TN_META_USER_MAX);
+        if (c->disown)
+            tn__meta_w_u8(&w, TN_META_USER_DISOWN);
         break;
     case TN_MC_MEMBER_PUT:
         tn__meta_w_u64(&w, c->member.id);
@@ -791,7 +810,7 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
     switch (c->type) {
     case TN_MC_TOPIC_PUT: {
         uint8_t flags = tn__meta_r_u8(&r);
-        if (r.rc == 0 && ((flags & ~127u) != 0 || (flags & 5u) == 5u))
+        if (r.rc == 0 && (flags & 5u) == 5u)
             r.rc = TN_ECORRUPT;
         c->again = (flags & TN_META_TOPIC_AGAIN) != 0;
         c->clamp = (flags & TN_META_TOPIC_CLAMP) != 0;
@@ -814,6 +833,11 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
                  (c->topic.replication_factor == 1 && c->topic.min_insync == 1) ||
                  c->topic.replication_factor > TN_META_MAX_FACTOR || c->topic.min_insync < 1 ||
                  c->topic.min_insync > c->topic.replication_factor))
+                r.rc = TN_ECORRUPT;
+        }
+        if ((flags & TN_META_TOPIC_OWNER) != 0) {
+            c->owner_rule = tn__meta_r_u8(&r);
+            if (r.rc == 0 && (c->owner_rule == 0 || !owner_rule_valid(c)))
                 r.rc = TN_ECORRUPT;
         }
         break;
@@ -861,6 +885,12 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         tn__meta_r_str(&r, c->user.name, TN_META_USER_MAX);
         if (r.rc == 0 && !user_name_valid(c->user.name))
             r.rc = TN_ECORRUPT;
+        /* The flags byte came later: an older build's entry has none. */
+        if (r.rc == 0 && r.left > 0) {
+            c->disown = tn__meta_r_u8(&r) == TN_META_USER_DISOWN;
+            if (r.rc == 0 && !c->disown)
+                r.rc = TN_ECORRUPT;
+        }
         break;
     case TN_MC_MEMBER_PUT:
         c->member.id = tn__meta_r_u64(&r);

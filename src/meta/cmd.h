@@ -14,6 +14,12 @@
  * x [8] member id, strictly ascending, none 0: the members the leader had
  * not heard from recently when it proposed the command, which placement
  * passes over; meta/state.h), bit 4 again (below);
+ * TOPIC_PUT's flag bit 7 (TN_META_TOPIC_OWNER): [1] owner rule follows,
+ * last in the payload (after factor and min_insync, if any), not 0, of
+ * the TN_META_OWN_* bits (meta/owner.h rule 3); without it (every older
+ * entry) no owner rule applies. USER_DELETE ([s] name) may end with [1]
+ * flags, TN_META_USER_DISOWN (meta/owner.h rule 2); an older build's
+ * entry has none, and its user's topics keep their owner.
  * USER_PUT's condition byte: 0 none, 1 if_absent, 2 if_unchanged (then
  * [8] expect follows the user), plus bit 7 again. A PUT marked again is a
  * copy a follower sent once more after a failover (meta.h): finding exactly
@@ -125,6 +131,16 @@
 #define TN_META_TOPIC_REPL     32  /* TOPIC_PUT's flag byte: factor and min_insync follow */
 #define TN_META_TOPIC_CLAMP    64  /* TOPIC_PUT's flag byte: clamp the factor at apply */
 #define TN_META_MAX_FACTOR     5   /* replication_factor 1..5 */
+/* TOPIC_PUT's flag byte: the owner rule byte follows, last (below). */
+#define TN_META_TOPIC_OWNER 128
+/* The owner rule byte's bits (meta/owner.h rule 3). CHECK and FOLLOW go
+ * with if_absent and not together, CARRY without if_absent. */
+#define TN_META_OWN_CHECK  1 /* a dead-letter name's owned parents must be the record's owner's */
+#define TN_META_OWN_FOLLOW 2 /* a dead-letter name takes its owned parent's owner */
+#define TN_META_OWN_CARRY  4 /* an owner change carries the topic's dead-letter topics */
+#define TN_META_OWN_ALL    7
+/* USER_DELETE's flags byte: the user's topics pass to the root user. */
+#define TN_META_USER_DISOWN 1
 
 typedef enum {
     TN_MC_TOPIC_PUT = 1,
@@ -317,6 +333,12 @@ typedef struct {
     /* TOPIC_PUT: topic.replication_factor is the one asked; the apply that
      * makes the topic clamps it (TN_META_TOPIC_CLAMP above). */
     bool clamp;
+    /* TOPIC_PUT: the TN_META_OWN_* bits the apply enforces (0: none, an
+     * older build's entry). */
+    uint8_t owner_rule;
+    /* USER_DELETE: the user's topics pass to the root user (false: an
+     * older build's entry, whose apply leaves them as they are). */
+    bool disown;
     tn_meta_topic_t topic;
     char channel[TN_NAME_MAX + 1];
     /* CHANNEL_PUT: the channel's stamp (above; 0: none, an older build's

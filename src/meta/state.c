@@ -2,6 +2,7 @@
 #include "core/platform.h"
 
 #include "meta/state.h"
+#include "meta/owner.h"
 
 #include "core/alloc.h"
 #include "core/err.h"
@@ -835,6 +836,9 @@ static tn_meta_topic_t made_record(const tn_meta_state_t *s, const tn_meta_cmd_t
 static bool made_by(const tn_meta_topic_t *rec, const tn_meta_cmd_t *c)
 {
     tn_meta_topic_t want = c->topic;
+    /* An owner the apply took from the parent (meta/owner.h rule 3). */
+    if ((c->owner_rule & TN_META_OWN_FOLLOW) != 0)
+        memcpy(want.owner, rec->owner, sizeof(want.owner));
     if (c->clamp && tn_meta_topic_factor(rec) <= tn_meta_topic_factor(&c->topic)) {
         want.replication_factor = tn_meta_topic_factor(rec);
         want.min_insync = TN_MIN(tn_meta_topic_min_insync(&c->topic), tn_meta_topic_factor(rec));
@@ -969,7 +973,12 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         uint8_t factor = tn_meta_topic_factor(&t->rec);
         uint8_t min_insync = TN_MIN(tn_meta_topic_min_insync(&c->topic), factor);
         bool min_changed = min_insync != tn_meta_topic_min_insync(&t->rec);
+        char old_owner[sizeof(t->rec.owner)];
+        memcpy(old_owner, t->rec.owner, sizeof(old_owner));
         t->rec = c->topic;
+        /* Its dead-letter topics follow a new owner (meta/owner.h rule 3). */
+        if ((c->owner_rule & TN_META_OWN_CARRY) != 0 && strcmp(old_owner, t->rec.owner) != 0)
+            tn__meta_owner_carry(s, t->rec.name, old_owner, t->rec.owner);
         t->rec.replication_factor = factor;
         t->rec.min_insync = min_insync;
         for (uint32_t p = now; p < was && t->pstates != NULL; p++)
@@ -982,13 +991,18 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
             place(s, c, t, was, now);
         return 0;
     }
+    /* A snapshot's record is taken as it was made (it carries no clamp,
+     * no owner rule). */
+    tn_meta_topic_t rec = made_record(s, c);
+    int rc = tn__meta_owner_made(s, c->owner_rule, &rec); /* meta/owner.h rule 3 */
+    if (rc != 0)
+        return rc;
     if (grow((void ***)&s->topics, s->ntopics, &s->tcap) != 0)
         return UV_ENOMEM;
     tn_meta_topic_entry_t *t = tn_calloc(1, sizeof(*t));
     if (t == NULL)
         return UV_ENOMEM;
-    /* A snapshot's record is taken as it was made (it carries no clamp). */
-    t->rec = made_record(s, c);
+    t->rec = rec;
     if (owners_fit(t, c->topic.partitions) != 0) {
         tn_free(t->owners);
         tn_free(t->pstates);
@@ -1131,7 +1145,7 @@ static int user_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
     return 0;
 }
 
-static int user_delete(tn_meta_state_t *s, const char *name)
+static int user_delete(tn_meta_state_t *s, const char *name, bool disown)
 {
     bool found;
     size_t i = tn__meta_search((void *const *)s->users, s->nusers, name,
@@ -1140,6 +1154,8 @@ static int user_delete(tn_meta_state_t *s, const char *name)
         return TN_ENOTFOUND;
     if (s->users[i]->root)
         return UV_EPERM;
+    if (disown) /* meta/owner.h rule 2 */
+        tn__meta_owner_disown(s, name);
     user_free(s->users[i]);
     remove_at((void **)s->users, &s->nusers, i);
     s->users_version++;
@@ -1459,7 +1475,7 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     case TN_MC_USER_PUT:
         return user_put(s, c);
     case TN_MC_USER_DELETE:
-        return user_delete(s, c->user.name);
+        return user_delete(s, c->user.name, c->disown);
     case TN_MC_MEMBER_PUT:
     case TN_MC_MEMBER_REG:
     case TN_MC_MEMBER_REC:

@@ -140,7 +140,9 @@ void tn_meta_state_fini(tn_meta_state_t *s);
  * USER_PUT marked again (cmd.h) that finds exactly the record it would
  * write answers 0 and changes nothing: the second copy of a proposal
  * re-sent to a new leader answers as the first did); UV_ENOENT (a TOPIC_PUT
- * naming a parent that is not there); UV_EINVAL (a TOPIC_PUT naming the
+ * naming a parent that is not there); UV_EPERM (a TOPIC_PUT whose owner
+ * rule CHECK finds a dead-letter name's parent owned by another: meta/owner.h
+ * rule 3; a USER_DELETE of the root user); UV_EINVAL (a TOPIC_PUT naming the
  * topic itself as its parent; PART_OWNERS, a snapshot record); TN_ECHANGED
  * also for a MEMBER_STATUS whose heartbeat is not the member's; for
  * TOPIC_GROW_FOR TN_ENOTFOUND (no such topic), UV_EPERM (a native topic),
@@ -164,6 +166,11 @@ void tn_meta_state_fini(tn_meta_state_t *s);
  * CLUSTER_REBALANCE: wanted with if_absent UV_EBUSY while one is wanted
  * (else it replaces it); not wanted TN_ECHANGED unless the one wanted has
  * that id (a leader's "over" never ends a newer one).
+ *
+ * Owners (meta/owner.h): a USER_DELETE marked disown gives the user's
+ * topics to the root user; a TOPIC_PUT's owner rule decides a
+ * dead-letter name's owner at its create and carries an owner change to
+ * the topic's dead-letter topics, all in the same apply.
  *
  * Links: a child's record names its parent, which is always there.
  * TOPIC_DELETE of a parent detaches its children in the same change

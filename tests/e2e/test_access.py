@@ -444,6 +444,74 @@ class DeadLetterOwners(Base):
         st, _, body = self.create(f"{t[:200]}.0badcafe.DLQ", self.MALLORY)
         self.assertEqual(st, 403, body)
 
+    def make_user(self, name, grants):
+        st, _, body = self.request("POST", "/v1/users", json.dumps({
+            "username": name, "password": name + "-pw", "grants": grants}).encode(),
+            dict(ADMIN, **JSON))
+        self.assertEqual(st, 201, body)
+        return basic(name, name + "-pw")
+
+    def owner_of(self, t):
+        st, _, body = self.request("GET", f"/v1/topics/{t}", headers=ADMIN)
+        self.assertEqual(st, 200, body)
+        return json.loads(body).get("owner")
+
+    def test_a_deleted_users_topics_pass_to_no_one_made_again_under_the_name(self):
+        # A user's topics (its dead-letter topics too) go to the root user
+        # when the user is deleted: a user made later under the same name
+        # gets no owner's rights on them.
+        grants = [{"action": "create", "patterns": ["sec*"]},
+                  {"action": "produce", "patterns": ["sec*"]}]
+        who = fresh("ursula")
+        u = self.make_user(who, grants)
+        t = fresh("sec")
+        self.assertEqual(self.create(t, u)[0], 201)
+        self.assertEqual(self.create(f"{t}.default.DLQ", u)[0], 201)
+        self.assertEqual(self.owner_of(t), who)
+        st, _, body = self.request("DELETE", f"/v1/users/{who}", headers=ADMIN)
+        self.assertEqual(st, 204, body)
+        u2 = self.make_user(who, grants)
+        st, _, body = self.request("DELETE", f"/v1/topics/{t}", headers=u2)
+        self.assertEqual(st, 403, body)
+        st, _, body = self.request("PATCH", f"/v1/topics/{t}", b'{"retention_ms":0}',
+                                   dict(u2, **JSON))
+        self.assertEqual(st, 403, body)
+        self.assertEqual(self.owner_of(t), "admin")
+        self.assertEqual(self.owner_of(f"{t}.default.DLQ"), "admin")
+        st, _, body = self.request("POST", f"/v1/topics/{t}/produce", b'{"n":1}', dict(u2, **JSON))
+        self.assertEqual(st, 202, body)  # its grants still count
+        st, _, body = self.request("POST", f"/v1/topics/{t}.default.DLQ/produce", b'{"n":1}',
+                                   dict(u2, **JSON))
+        self.assertEqual(st, 403, body)
+
+    def test_the_dead_letter_topics_follow_their_parents_new_owner(self):
+        t = fresh("sec")
+        dlq = f"{t}.default.DLQ"
+        st, _, body = self.create(t, ADMIN, {"max_attempts": 1})
+        self.assertEqual(st, 201, body)
+        self.assertEqual(self.create(dlq, ADMIN)[0], 201)
+        self.assertEqual(self.create(f"{t}.x.y.DLQ", ADMIN)[0], 201)
+        # One that is not the parent's old owner's stays as it is.
+        other = fresh("sec")
+        self.assertEqual(self.create(other, self.MALLORY)[0], 201)
+        st, _, body = self.request("PATCH", f"/v1/topics/{t}", b'{"owner":"mallory"}',
+                                   dict(ADMIN, **JSON))
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.owner_of(dlq), "mallory")
+        self.assertEqual(self.owner_of(f"{t}.x.y.DLQ"), "mallory")
+        self.assertEqual(self.owner_of(other), "mallory")
+        # Dead letters keep moving, into the topic the new owner has.
+        st, _, body = self.request("POST", f"/v1/topics/{t}/produce", b'{"n":1}',
+                                   dict(ADMIN, **JSON))
+        self.assertEqual(st, 202, body)
+        self.dead_letter_once(t)
+        self.assertEqual(self.dead_letter_arrives(dlq, t)["payload"], {"n": 1})
+        # Given back to no one: they follow again.
+        st, _, body = self.request("PATCH", f"/v1/topics/{t}", b'{"owner":""}',
+                                   dict(ADMIN, **JSON))
+        self.assertEqual(st, 200, body)
+        self.assertIsNone(self.owner_of(dlq))
+
 
 def main():
     ap = argparse.ArgumentParser()

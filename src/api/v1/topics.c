@@ -14,6 +14,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
+#include "meta/owner.h"
 #include "api/access.h"
 #include "api/fanout.h"
 #include "proto/http/json.h"
@@ -526,6 +527,19 @@ static void on_create_recorded(tn_meta_req_t *req, int status)
         op_end(op, 409, "topic already exists");
         return;
     }
+    if (status == UV_EPERM) {
+        /* A dead-letter name whose parent, owned by another, this
+         * replica had not applied when the request came (meta/owner.h). */
+        char why[TN_NAME_MAX * 2 + 128];
+        if (op->r == NULL ||
+            !tn_access_dlq_refused(op->v->meta, op->topic, op->r->principal, why, sizeof(why)))
+            snprintf(why, sizeof(why),
+                     "%s is a dead-letter topic of a topic another user owns: only that topic's "
+                     "owner or an admin may make it or publish to it",
+                     op->topic);
+        op_end(op, 403, why);
+        return;
+    }
     if (status != 0) {
         op_end(op, 503, "control plane temporarily unavailable");
         return;
@@ -604,6 +618,10 @@ static void on_topic_create(tn_http_request_t *r, void *arg)
     c.if_absent = true;
     c.clamp = true; /* the factor asked: the metastore clamps it */
     c.topic.native = true;
+    /* The metastore decides a dead-letter name's owner again, on its own
+     * state (this replica may not have the parent yet: meta/owner.h). */
+    if (v->o.security && tn_meta_dlq_form(c.topic.name))
+        c.owner_rule = tn__v1_is_admin(v, r) ? TN_META_OWN_FOLLOW : TN_META_OWN_CHECK;
     (void)op_start(v, r, &c, on_create_recorded, given[CF_PARENT] ? b.parent : NULL,
                    b.fanout_delay_ms, NULL);
 }
@@ -681,6 +699,9 @@ static bool patch_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur,
         c->topic.max_acked_ahead = b->max_acked_ahead ? b->max_acked_ahead : DEFAULT_CAP;
     if (p->given[PF_OWNER])
         snprintf(c->topic.owner, sizeof(c->topic.owner), "%s", b->owner);
+    /* Its dead-letter topics follow a new owner (meta/owner.h). */
+    if (strcmp(c->topic.owner, cur->owner) != 0)
+        c->owner_rule = TN_META_OWN_CARRY;
     if (p->given[PF_MIN_INSYNC])
         c->topic.min_insync = (uint8_t)b->min_insync; /* every partition state follows */
     return true;

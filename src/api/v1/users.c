@@ -535,6 +535,7 @@ static void propose(uop_t *op)
     } else if (op->kind == OP_DELETE) {
         c.type = TN_MC_USER_DELETE;
         snprintf(c.user.name, sizeof(c.user.name), "%s", op->user);
+        c.disown = true; /* its topics pass to the root user (meta/owner.h) */
     } else {
         /* Made from the record as it is now; refused if another change
          * lands first (then read again), or if a delete did. */
