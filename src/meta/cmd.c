@@ -234,10 +234,9 @@ static bool owner_rule_valid(const tn_meta_cmd_t *c)
 {
     uint8_t r = c->owner_rule;
     bool made = (r & (TN_META_OWN_CHECK | TN_META_OWN_FOLLOW)) != 0;
-    return (r & ~TN_META_OWN_ALL) == 0 &&
-           (r & (TN_META_OWN_CHECK | TN_META_OWN_FOLLOW)) !=
-               (TN_META_OWN_CHECK | TN_META_OWN_FOLLOW) &&
-           (!made || c->if_absent) && ((r & TN_META_OWN_CARRY) == 0 || !c->if_absent);
+    bool both = (r & TN_META_OWN_CHECK) != 0 && (r & TN_META_OWN_FOLLOW) != 0;
+    return (r & ~TN_META_OWN_ALL) == 0 && !both && (!made || c->if_absent) &&
+           ((r & TN_META_OWN_CARRY) == 0 || !c->if_absent);
 }
 
 int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)

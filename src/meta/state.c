@@ -977,7 +977,8 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         memcpy(old_owner, t->rec.owner, sizeof(old_owner));
         t->rec = c->topic;
         /* Its dead-letter topics follow a new owner (meta/owner.h rule 3). */
-        if ((c->owner_rule & TN_META_OWN_CARRY) != 0 && strcmp(old_owner, t->rec.owner) != 0)
+        if (!restoring && (c->owner_rule & TN_META_OWN_CARRY) != 0 &&
+            strcmp(old_owner, t->rec.owner) != 0)
             tn__meta_owner_carry(s, t->rec.name, old_owner, t->rec.owner);
         t->rec.replication_factor = factor;
         t->rec.min_insync = min_insync;
@@ -994,7 +995,7 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     /* A snapshot's record is taken as it was made (it carries no clamp,
      * no owner rule). */
     tn_meta_topic_t rec = made_record(s, c);
-    int rc = tn__meta_owner_made(s, c->owner_rule, &rec); /* meta/owner.h rule 3 */
+    int rc = restoring ? 0 : tn__meta_owner_made(s, c->owner_rule, &rec); /* meta/owner.h rule 3 */
     if (rc != 0)
         return rc;
     if (grow((void ***)&s->topics, s->ntopics, &s->tcap) != 0)
