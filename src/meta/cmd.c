@@ -306,10 +306,13 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
             tn__meta_w_u64(&w, c->chan_stamp);
         break;
     case TN_MC_USER_PUT:
+        if (c->fresh && !c->if_absent)
+            w.rc = UV_EINVAL;
         tn__meta_w_u8(&w, (c->if_unchanged ? 2
                            : c->if_absent  ? 1
                                            : 0) |
-                              (c->again ? TN_META_USER_AGAIN : 0));
+                              (c->again ? TN_META_USER_AGAIN : 0) |
+                              (c->fresh ? TN_META_USER_FRESH : 0));
         w_user(&w, &c->user);
         if (c->if_unchanged)
             tn__meta_w_u64(&w, c->expect);
@@ -868,10 +871,11 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         }
         break;
     case TN_MC_USER_PUT: {
-        uint8_t cond = tn__meta_r_u8(&r); /* 1 if_absent, 2 if_unchanged; bit 7 again */
+        uint8_t cond = tn__meta_r_u8(&r); /* 1 if_absent, 2 if_unchanged; bit 7 again, 6 fresh */
         c->again = (cond & TN_META_USER_AGAIN) != 0;
-        cond &= (uint8_t)~TN_META_USER_AGAIN;
-        if (r.rc == 0 && cond > 2)
+        c->fresh = (cond & TN_META_USER_FRESH) != 0;
+        cond &= (uint8_t) ~(TN_META_USER_AGAIN | TN_META_USER_FRESH);
+        if (r.rc == 0 && (cond > 2 || (c->fresh && cond != 1)))
             r.rc = TN_ECORRUPT;
         c->if_absent = cond == 1;
         c->if_unchanged = cond == 2;

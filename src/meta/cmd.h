@@ -21,7 +21,8 @@
  * flags, TN_META_USER_DISOWN (meta/owner.h rule 2); an older build's
  * entry has none, and its user's topics keep their owner.
  * USER_PUT's condition byte: 0 none, 1 if_absent, 2 if_unchanged (then
- * [8] expect follows the user), plus bit 7 again. A PUT marked again is a
+ * [8] expect follows the user), plus bit 7 again, plus bit 6 fresh (only
+ * with if_absent: TN_META_USER_FRESH; an older build's create has none). A PUT marked again is a
  * copy a follower sent once more after a failover (meta.h): finding exactly
  * the record it writes, it answers 0 where it would answer UV_EEXIST or
  * TN_ECHANGED (state.h). The proposer sets the bit in the encoded bytes
@@ -141,6 +142,9 @@
 #define TN_META_OWN_ALL    7
 /* USER_DELETE's flags byte: the user's topics pass to the root user. */
 #define TN_META_USER_DISOWN 1
+/* USER_PUT's condition byte, with if_absent: the new user takes over no
+ * topic (meta/owner.h rule 2). */
+#define TN_META_USER_FRESH 64
 
 typedef enum {
     TN_MC_TOPIC_PUT = 1,
@@ -339,6 +343,10 @@ typedef struct {
     /* USER_DELETE: the user's topics pass to the root user (false: an
      * older build's entry, whose apply leaves them as they are). */
     bool disown;
+    /* USER_PUT with if_absent: topics whose owner names the new user (left
+     * by an older build's deletion, or by a create that landed after the
+     * deletion) pass to the root user first (false: an older build's). */
+    bool fresh;
     tn_meta_topic_t topic;
     char channel[TN_NAME_MAX + 1];
     /* CHANNEL_PUT: the channel's stamp (above; 0: none, an older build's

@@ -15,7 +15,11 @@
  *    owner), so a user made later under the name owns nothing, and the
  *    topics stay protected (an owner-less topic is open to anonymous
  *    NSQ clients on open doors). Dead-letter topics are topics the user
- *    owns, so they go the same way as their parents.
+ *    owns, so they go the same way as their parents. USER_PUT marked
+ *    fresh (a /v1 create) does the same for its new user's name as it
+ *    makes the user: a topic an older build's deletion left with the
+ *    name, or whose create (checked at a door before the deletion)
+ *    landed after it, is not taken over either.
  * 3. TOPIC_PUT with an owner rule (cmd.h TN_META_OWN_*), on a create of a
  *    dead-letter name: CHECK refuses it (UV_EPERM) when a candidate parent
  *    has an owner other than the record's (a caller who is no admin);
@@ -67,7 +71,8 @@ const char *tn_meta_dlq_parent_owner(const tn_meta_state_t *s, const char *name,
 const char *tn_meta_dlq_other_owner(const tn_meta_state_t *s, const char *name, const char *user,
                                     char parent[TN_NAME_MAX + 1]);
 
-/* Rule 2: every topic user owns passes to the root user (or to none). */
+/* Rule 2: every topic user owns passes to the root user other than user
+ * (or to none, when there is no other). */
 void tn__meta_owner_disown(tn_meta_state_t *s, const char *user);
 
 /* Rule 3 on a create of rec (not yet in s) with the owner rule bits

@@ -1141,6 +1141,10 @@ static int user_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
             return UV_ENOMEM;
         }
         insert_at((void **)s->users, &s->nusers, i, u);
+        /* A new user takes over no topic (meta/owner.h rule 2); the root
+         * user it would find is another, a root being made takes none. */
+        if (c->fresh)
+            tn__meta_owner_disown(s, u->name);
     }
     s->users_version++;
     return 0;

@@ -515,6 +515,7 @@ static void propose(uop_t *op)
     if (op->kind == OP_CREATE) {
         c.type = TN_MC_USER_PUT;
         c.if_absent = true;
+        c.fresh = true; /* it takes over no topic left with its name (meta/owner.h) */
         snprintf(c.user.name, sizeof(c.user.name), "%s", op->user);
         snprintf(c.user.hash, sizeof(c.user.hash), "%s", op->hash);
         c.user.created_at_ms = c.user.updated_at_ms = now;

@@ -1,6 +1,7 @@
 /* Tests of the owner rules the metastore's apply enforces (meta/owner.h):
  * a user's deletion gives its topics to the root user (and an older
- * build's entry does not); a dead-letter name's create is decided on the
+ * build's entry does not), and so does a user's creation marked fresh
+ * for topics an older deletion left; a dead-letter name's create is decided on the
  * state the entry is applied to (CHECK refuses one whose parent someone
  * else owns, FOLLOW takes the parent's owner), whatever the proposing
  * door's replica knew; an owner change carries the topic's dead-letter
@@ -54,6 +55,7 @@ static int apply(tn_meta_state_t *s, tn_meta_cmd_t c)
     assert_int_equal(used, tn_buf_size(&b));
     assert_int_equal(d.owner_rule, c.owner_rule);
     assert_int_equal(d.disown, c.disown);
+    assert_int_equal(d.fresh, c.fresh);
     int rc = tn_meta_state_apply(s, &d);
     tn_meta_cmd_fini(&d);
     tn_buf_fini(&b);
@@ -128,6 +130,26 @@ static void test_codec(void **state)
     assert_true(d.disown);
     p[TN_META_HDR + 3] = 2;
     assert_int_equal(tn_meta_cmd_decode(p, tn_buf_size(&b), &d, &used), TN_ECORRUPT);
+    tn_buf_reset(&b);
+
+    /* USER_PUT fresh: only a create's (if_absent). */
+    c = user("u", false);
+    c.fresh = true;
+    c.if_absent = false;
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    c.if_unchanged = true;
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    assert_int_equal(tn_buf_size(&b), 0);
+    c = user("u", false);
+    c.fresh = true;
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), 0);
+    p = (unsigned char *)tn_buf_data(&b);
+    assert_int_equal(p[TN_META_HDR], 1 | TN_META_USER_FRESH);
+    assert_int_equal(tn_meta_cmd_decode(p, tn_buf_size(&b), &d, &used), 0);
+    assert_true(d.fresh && d.if_absent);
+    tn_meta_user_fini(&d.user);
+    p[TN_META_HDR] = TN_META_USER_FRESH; /* without if_absent */
+    assert_int_equal(tn_meta_cmd_decode(p, tn_buf_size(&b), &d, &used), TN_ECORRUPT);
     tn_buf_fini(&b);
 }
 
@@ -161,9 +183,27 @@ static void test_user_delete_disowns(void **state)
     assert_string_equal(owner(&r, "t.default.DLQ"), "admin");
     tn_meta_state_fini(&r);
 
-    /* An older build's deletion leaves v's topic v's. */
+    /* An older build's deletion leaves v's topic v's (and so does a
+     * create of v's that lands after v's deletion: the door checked v
+     * before). A user made again under the name (fresh) takes over none
+     * of them: they pass to the root user as its deletion would have
+     * given them. An older build's user create (not fresh) does not. */
     assert_int_equal(apply(&s, user_delete("v", false)), 0);
     assert_string_equal(owner(&s, "x"), "v");
+    assert_int_equal(apply(&s, topic("y", "v", 0)), 0);
+    tn_meta_cmd_t v = user("v", false);
+    v.fresh = true;
+    assert_int_equal(apply(&s, v), 0);
+    assert_string_equal(owner(&s, "x"), "admin");
+    assert_string_equal(owner(&s, "y"), "admin");
+    assert_int_equal(apply(&s, user_delete("v", false)), 0);
+    assert_int_equal(apply(&s, topic("z", "v", 0)), 0);
+    assert_int_equal(apply(&s, user("v", false)), 0);
+    assert_string_equal(owner(&s, "z"), "v");
+    /* A copy of the fresh create sent again finds the user: nothing more. */
+    v.again = true;
+    assert_int_equal(apply(&s, v), 0);
+    assert_string_equal(owner(&s, "z"), "v");
     /* Refused deletions change nothing: the root user, a missing user. */
     assert_int_equal(apply(&s, user_delete("admin", true)), UV_EPERM);
     assert_int_equal(apply(&s, user_delete("nobody", true)), TN_ENOTFOUND);
