@@ -21,4 +21,11 @@
  * (the caller closes the connection). */
 int tn_stream_send(uv_stream_t *s, tn_buf_t *out, tn_buf_t *held, uv_write_t *req, uv_write_cb cb);
 
+/* Bytes written to s that its peer has not acknowledged yet: what libuv
+ * still queues plus, on Linux, the kernel's send queue (SIOCOUTQ; libuv's
+ * queue alone elsewhere). It falls as a client reads, even while one long
+ * write stays queued, so an idle timeout can tell a slow reader from one
+ * that reads nothing. s is borrowed. */
+size_t tn_stream_unacked(const uv_stream_t *s);
+
 #endif

@@ -726,6 +726,126 @@ class HTTPBounds(unittest.TestCase):
         b.close()
 
 
+class SlowReader(unittest.TestCase):
+    """--http-idle-timeout against one long answer: a client taking a
+    multi-megabyte answer slowly is not cut while it reads at some pace;
+    one that reads none of it is closed after the idle timeout and its
+    descriptor freed (nsqd sets no WriteTimeout and never cuts a slow
+    reader; a client that never reads it can hold a connection forever)."""
+
+    BODY = 900_000  # five of them: a consume answer of some 4.5 MB
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tern-http-")
+        cls.d = Daemon(os.path.join(cls.dir, "data"), "--http-idle-timeout=1s",
+                       env=dict(os.environ, TERN_ADMIN_PASSWORD=ADMIN_PASSWORD))
+        cls.d.wait_for("ready")
+        cls.port = cls.d.http_port
+        cls.d.wait_for("root user admin created")
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.d.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert rc == 0, rc
+
+    def big_answer_request(self, close=False):
+        """A socket with a small receive buffer that asked for five 900 KB
+        messages in one /v1 consume answer."""
+        t = fresh("slow")
+        for _ in range(5):
+            st, _, out = request(self.port, "POST", f"/pub?topic={t}", b"x" * self.BODY)
+            self.assertEqual(st, 200, out)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", self.port))
+        auth = ADMIN["Authorization"]
+        last = "Connection: close\r\n" if close else ""
+        s.sendall(f"GET /v1/topics/{t}/consume?max=5 HTTP/1.1\r\nHost: x\r\n"
+                  f"Authorization: {auth}\r\nX-Tern-Client: slow\r\n{last}\r\n".encode())
+        return s
+
+    def server_holds(self, s):
+        """Whether ternd still has a descriptor for the server side of s."""
+        port = s.getsockname()[1]
+        inodes = set()
+        with open("/proc/net/tcp") as f:
+            for line in list(f)[1:]:
+                cols = line.split()
+                lport = int(cols[1].split(":")[1], 16)
+                rport = int(cols[2].split(":")[1], 16)
+                if lport == self.port and rport == port:
+                    inodes.add(cols[9])
+        fds = os.listdir(f"/proc/{self.d.proc.pid}/fd")
+        links = set()
+        for fd in fds:
+            try:
+                links.add(os.readlink(f"/proc/{self.d.proc.pid}/fd/{fd}"))
+            except OSError:
+                pass
+        return any(f"socket:[{i}]" in links for i in inodes if i != "0")
+
+    def test_a_slow_reader_gets_the_whole_answer(self):
+        for close in (False, True):
+            with self.subTest(connection_close=close):
+                self.slow_read(close)
+
+    def slow_read(self, close):
+        s = self.big_answer_request(close)
+        s.settimeout(10)
+        got = b""
+        end = time.monotonic() + 3  # three idle timeouts
+        while time.monotonic() < end:
+            more = s.recv(4096)
+            self.assertTrue(more, f"closed after {len(got)} bytes")
+            got += more
+            time.sleep(0.1)
+        while True:
+            head, sep, body = got.partition(b"\r\n\r\n")
+            if sep:
+                n = int(next(l for l in head.split(b"\r\n")
+                             if l.lower().startswith(b"content-length:")).split(b":")[1])
+                if len(body) >= n:
+                    break
+            more = s.recv(1 << 20)
+            self.assertTrue(more, f"closed after {len(got)} bytes")
+            got += more
+        self.assertTrue(head.startswith(b"HTTP/1.1 200"), head)
+        self.assertEqual(len(body), n)
+        msgs = json.loads(body)["messages"]
+        self.assertEqual([len(m["payload"]) for m in msgs], [self.BODY] * 5)
+        s.close()
+
+    def test_a_reader_that_reads_nothing_is_closed(self):
+        for close in (False, True):
+            with self.subTest(connection_close=close):
+                self.no_read(close)
+
+    def no_read(self, close):
+        s = self.big_answer_request(close)
+        time.sleep(0.3)
+        self.assertTrue(self.server_holds(s))
+        start = time.monotonic()
+        while self.server_holds(s):
+            self.assertLess(time.monotonic() - start, 5, "descriptor still held")
+            time.sleep(0.1)
+        self.assertGreaterEqual(time.monotonic() - start, 0.5)
+        # What the kernel held arrives, then the end: the rest is gone.
+        s.settimeout(10)
+        got = 0
+        try:
+            while True:
+                more = s.recv(1 << 20)
+                if not more:
+                    break
+                got += len(more)
+        except ConnectionResetError:
+            pass
+        self.assertLess(got, 5 * self.BODY)
+        s.close()
+
+
 class MetricsListener(unittest.TestCase):
     def test_separate_listener_and_topic_cap(self):
         d = tempfile.mkdtemp(prefix="tern-http-")

@@ -67,7 +67,8 @@ struct conn_s {
     bool reading;
     bool close_after; /* close (gracefully) once the output is written */
     bool head_started;
-    bool advancing; /* in advance(): answers given meanwhile do not recurse */
+    bool advancing;      /* in advance(): answers given meanwhile do not recurse */
+    size_t idle_unacked; /* output the client had not taken when the idle timer was armed */
     /* the request being read or handled */
     tn_http_request_t *req;
     const route_t *route;
@@ -292,6 +293,7 @@ static void advance(conn_t *c);
 static void start_reading(conn_t *c);
 
 static void on_written(uv_write_t *w, int status);
+static void arm_idle(conn_t *c);
 
 static void on_drain_timer(uv_timer_t *t)
 {
@@ -385,6 +387,11 @@ static void flush(conn_t *c)
     } else {
         c->writing = true;
         c->refs++;
+        /* An answer the client takes slowly keeps its connection; one it
+         * takes nothing of for the idle timeout closes it (with
+         * Connection: close too, which arms no other timer). */
+        if (c->state == C_HEAD && !c->head_started)
+            arm_idle(c);
     }
 }
 
@@ -575,16 +582,34 @@ static void on_timer(uv_timer_t *t)
         return;
     }
     if (c->state == C_HEAD) {
-        if (c->head_started)
+        if (c->head_started) {
             answer_error(c, 1, 408, "HEADER_TIMEOUT", true);
-        else
-            conn_close(c); /* idle keep-alive */
+            return;
+        }
+        /* Idle: no request, and no answer taken meanwhile. A client that
+         * reads a long answer at any pace is not idle (nsqd sets no write
+         * timeout at all); one that read none of it for the whole timeout
+         * is, and its descriptor is wanted back. */
+        size_t left = tn_stream_unacked((uv_stream_t *)&c->tcp);
+        if (left > 0 && left < c->idle_unacked) {
+            arm_idle(c);
+            return;
+        }
+        conn_close(c);
     }
 }
 
 static void arm(conn_t *c, int64_t ms)
 {
     uv_timer_start(&c->timer, on_timer, (uint64_t)ms, 0);
+}
+
+/* The idle timer, noting how much output the client has still to take,
+ * so that on_timer sees whether it took any meanwhile. */
+static void arm_idle(conn_t *c)
+{
+    c->idle_unacked = tn_stream_unacked((uv_stream_t *)&c->tcp);
+    arm(c, c->srv->opts.idle_timeout_ms);
 }
 
 /* Whether path matches pattern (exact, {name} = one non-empty segment);
@@ -983,13 +1008,13 @@ static void advance_loop(conn_t *c)
                 uv_read_stop((uv_stream_t *)&c->tcp);
                 c->reading = false;
             }
-            arm(c, c->srv->opts.idle_timeout_ms);
+            arm_idle(c);
             return;
         }
         start_reading(c);
         size_t len = tn_buf_size(&c->in);
         if (len == 0) {
-            arm(c, c->srv->opts.idle_timeout_ms);
+            arm_idle(c);
             return;
         }
         tn_http_req_t probe;
@@ -1183,7 +1208,7 @@ static void accept_one(tn_http_server_t *s)
     }
     uv_tcp_nodelay(&c->tcp, 1);
     tn_addr_peer(&c->tcp, c->remote, sizeof(c->remote));
-    arm(c, s->opts.idle_timeout_ms);
+    arm_idle(c);
     start_reading(c);
 }
 

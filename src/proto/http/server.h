@@ -18,7 +18,9 @@
  *   4. Call the handler. Pipelined requests wait in the input buffer until
  *      this one is answered, so answers leave in order.
  *   5. After the answer: keep-alive reads the next request (idle_timeout
- *      closes a quiet connection); otherwise, and after any error answered
+ *      closes a quiet connection: no request, and no byte of an answer
+ *      taken, so a slow reader of a long answer keeps it while one that
+ *      reads nothing does not); otherwise, and after any error answered
  *      before the body was read, the server shuts down its write side and
  *      drains the input briefly, so the client reads the status instead of
  *      a reset.
@@ -80,7 +82,7 @@ typedef struct {
     size_t max_head;            /* 64 KiB */
     int64_t head_timeout_ms;    /* 5 s */
     int64_t body_timeout_ms;    /* 30 s without progress */
-    int64_t idle_timeout_ms;    /* keep-alive, 60 s */
+    int64_t idle_timeout_ms;    /* no request, no answer taken: 60 s */
     uint64_t large_body_budget; /* node-wide bytes of bodies over 1 MiB in flight */
     const char *server_name;    /* "Server:" header, borrowed */
     /* Header lines ("Name: value\r\n"...) for the answers the server makes
