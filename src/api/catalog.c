@@ -887,6 +887,12 @@ static bool replica_current(tn_catalog_t *c)
 static bool deletions_held(tn_catalog_t *c);
 #endif
 
+static bool topic_recorded(void *arg, const char *topic)
+{
+    const tn_catalog_t *c = arg;
+    return tn_meta_topic_find(tn_meta_state(c->meta), topic) != NULL;
+}
+
 static void follow_deletions(tn_catalog_t *c)
 {
     const tn_meta_state_t *s = tn_meta_state(c->meta);
@@ -936,6 +942,11 @@ static void follow_deletions(tn_catalog_t *c)
         found = g->next;
         (void)gone_start(c, g, false);
     }
+    /* A directory a pause made here with no copy, of a topic deleted while
+     * this node was down and not made again: no topic here takes it. (One
+     * recorded is the catalog's to make; one recorded anew, under another
+     * stamp, goes with that creation.) */
+    tn_broker_sweep_bare(b, topic_recorded, c);
 }
 
 /* --- confirmed deletions ------------------------------------------------------- */

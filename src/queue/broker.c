@@ -344,7 +344,8 @@ void tn__topic_unlink(tn_broker_t *b, tn_topic_t *t)
 }
 
 /* Creating a topic: open its partition logs on a worker thread. */
-typedef struct {
+typedef struct topic_job_s topic_job_t;
+struct topic_job_s {
     uv_work_t work;
     tn_topic_t *t;
     int64_t stamp; /* written before the first partition (0: none) */
@@ -356,7 +357,27 @@ typedef struct {
     uint64_t *holds;
     uint32_t nholds;
     int rc;
-} topic_job_t;
+};
+
+/* A topic directory holding no partition, found at the start
+ * (tn_broker_sweep_bare). */
+struct tn_bare_s {
+    uv_work_t work;
+    tn_broker_t *b;
+    bool removing;     /* its removal job is in flight */
+    topic_job_t *held; /* a creation of the name, queued once the removal ends */
+    int rc;
+    tn_bare_t *next;
+    char name[TN_NAME_MAX + 1];
+};
+
+static tn_bare_t **bare_find(tn_broker_t *b, const char *name, size_t len)
+{
+    tn_bare_t **pp = &b->bare;
+    while (*pp != NULL && (strlen((*pp)->name) != len || memcmp((*pp)->name, name, len) != 0))
+        pp = &(*pp)->next;
+    return pp;
+}
 
 static void topic_create_work(uv_work_t *w)
 {
@@ -501,7 +522,19 @@ int tn_broker_topic(tn_broker_t *b, const char *name, size_t len, bool create, u
         return UV_ENOMEM;
     }
     j->t = t;
-    int rc = tn__gate_then_queue(b, &j->work, topic_create_work, topic_create_done, t, NULL);
+    tn_bare_t **bp = bare_find(b, name, len);
+    int rc = 0;
+    if (*bp != NULL && (*bp)->removing) {
+        (*bp)->held = j; /* its directory is being removed: bare_done queues it */
+    } else {
+        if (*bp != NULL) {
+            /* The creation keeps the directory or removes it, by its stamp. */
+            tn_bare_t *x = *bp;
+            *bp = x->next;
+            tn_free(x);
+        }
+        rc = tn__gate_then_queue(b, &j->work, topic_create_work, topic_create_done, t, NULL);
+    }
     if (rc != 0) {
         tn_free(j);
         tn__topic_free(t);
@@ -515,6 +548,66 @@ int tn_broker_topic(tn_broker_t *b, const char *name, size_t len, bool create, u
         t->waiters = w;
     }
     return UV_EAGAIN;
+}
+
+static void bare_work(uv_work_t *w)
+{
+    tn_bare_t *x = TN_CONTAINER_OF(w, tn_bare_t, work);
+    x->rc = tn_store_remove_topic(x->b->store, x->name);
+}
+
+static void bare_done(uv_work_t *w, int status)
+{
+    tn_bare_t *x = TN_CONTAINER_OF(w, tn_bare_t, work);
+    tn_broker_t *b = x->b;
+    int rc = x->rc != 0 ? x->rc : status;
+    if (rc != 0)
+        TN_LOG(TN_LOG_ERROR,
+               "topic %s: removing its directory here, which holds no partition and which the "
+               "metastore no longer records, failed: %s",
+               x->name, tn_strerror(rc));
+    else
+        TN_LOG(TN_LOG_NOTICE,
+               "topic %s: its directory here (a pause's files, no partition) is moved to trash: "
+               "the metastore no longer records the topic (deleted while this node was down)",
+               x->name);
+    tn_bare_t **pp = bare_find(b, x->name, strlen(x->name));
+    *pp = x->next;
+    topic_job_t *j = x->held;
+    tn_free(x);
+    if (j != NULL) {
+        int qrc = b->closing ? TN_ECLOSED
+                             : tn__gate_then_queue(b, &j->work, topic_create_work,
+                                                   topic_create_done, j->t, NULL);
+        if (qrc != 0)
+            topic_create_done(&j->work, qrc); /* the creation fails as a queued one would */
+    }
+    tn__broker_work_done(b);
+}
+
+void tn_broker_sweep_bare(tn_broker_t *b, bool (*recorded)(void *arg, const char *topic), void *arg)
+{
+    tn_bare_t **pp = &b->bare;
+    while (*pp != NULL && !b->closing) {
+        tn_bare_t *x = *pp;
+        if (x->removing) {
+            pp = &x->next;
+            continue;
+        }
+        if (tn__topic_find(b, x->name, strlen(x->name)) != NULL) {
+            *pp = x->next; /* the topic's to deal with */
+            tn_free(x);
+            continue;
+        }
+        pp = &x->next;
+        if (recorded(arg, x->name))
+            continue; /* made by the catalog next */
+        x->b = b;
+        if (uv_queue_work(b->loop, &x->work, bare_work, bare_done) != 0)
+            continue; /* tried again at the next sweep */
+        x->removing = true;
+        b->workers++;
+    }
 }
 
 void tn_broker_set_gate(tn_broker_t *b, tn_gate_fn fn, void *arg)
@@ -893,6 +986,15 @@ static int load_topic(void *arg, const char *name)
     load_ctx_t *ctx = arg;
     load_parts_t lp = {0, NULL};
     int rc = tn_store_list_partitions(ctx->b->store, name, load_partition_count, &lp);
+    if (rc == 0 && lp.n == 0 && strlen(name) <= TN_NAME_MAX) {
+        /* Not loaded: it holds no copy (a pause's files at most). */
+        tn_bare_t *x = tn_calloc(1, sizeof(*x));
+        if (x == NULL)
+            return UV_ENOMEM;
+        snprintf(x->name, sizeof(x->name), "%s", name);
+        x->next = ctx->b->bare;
+        ctx->b->bare = x;
+    }
     if (rc != 0 || lp.n == 0)
         return rc;
     lp.present = tn_calloc(lp.n, sizeof(*lp.present));
@@ -991,6 +1093,11 @@ static void maybe_finish_close(tn_broker_t *b)
         }
     }
     tn_free(b->buckets);
+    while (b->bare != NULL) {
+        tn_bare_t *x = b->bare;
+        b->bare = x->next;
+        tn_free(x);
+    }
     tn_free(b->opts.ttl_rules);
     tn__channel_spares_free();
     tn_heap_fini(&b->wakes);

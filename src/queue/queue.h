@@ -130,6 +130,7 @@ typedef struct tn_consumer_s tn_consumer_t;
 typedef struct tn_pub_s tn_pub_t;
 typedef struct tn_waiter_s tn_waiter_t;
 typedef struct tn_centry_s tn_centry_t;
+typedef struct tn_bare_s tn_bare_t;
 
 /* A ttl_discard rule: topics named `name` (or starting with it, when
  * prefix) expire their messages after ttl_ms. */
@@ -706,6 +707,10 @@ struct tn_broker_s {
     uint64_t gc_segments;
     /* Channel-state replication (tn_broker_set_chan_repl). */
     tn_chan_repl_t chan_repl;
+    /* Topic directories the start found with no partition directory (a
+     * pause on a node holding no copy made them): not loaded, and left to
+     * tn_broker_sweep_bare. */
+    tn_bare_t *bare;
 };
 
 /* Open the engine over an open store and load every topic and channel on
@@ -729,6 +734,22 @@ void tn_broker_unlisten(tn_broker_t *b, tn_broker_event_cb cb, void *arg);
 
 int tn_broker_topic(tn_broker_t *b, const char *name, size_t len, bool create, uint32_t nparts,
                     tn_waiter_t *w, tn_topic_t **out);
+
+/* The topic directories the start found holding no partition (the pause
+ * files and stamps of a pause taken here with no copy, docs/cluster.md)
+ * that no topic of the engine has taken since: each one recorded(arg,
+ * name) does not know is removed (renamed into trash/ on a worker thread,
+ * as a deletion here does; logged), as its topic was deleted while this
+ * node was down and not made again, so nothing else ever would. One whose
+ * name a topic of the engine has is left to that topic (its creation
+ * keeps the directory or removes it by its stamp, its deletion removes
+ * it) and forgotten here. A creation of the name while its directory is
+ * being removed waits for the removal. For the catalog, once its
+ * metastore replica is caught up (a replica behind would take a live
+ * topic's pause for a deleted one's). Loop thread; recorded and arg are
+ * borrowed for the call. */
+void tn_broker_sweep_bare(tn_broker_t *b, bool (*recorded)(void *arg, const char *topic),
+                          void *arg);
 
 /* Set (fn NULL: remove) the creation gate. */
 void tn_broker_set_gate(tn_broker_t *b, tn_gate_fn fn, void *arg);

@@ -31,6 +31,11 @@ was down through a deletion and a creation of the name is not taken by
 the new topic or its channel: the directory, stamped with the old
 record, goes when X makes the new topic.
 
+test_pause_without_a_copy_goes_with_a_deletion_while_down: the
+directory kept while X was down through the topic's deletion (never made
+again) goes when X is back and its replica shows the deletion; a restart
+while the topic lives keeps it.
+
 Before the fix X came back unpaused at step 1: the pause was kept in
 memory only, for want of a directory of the topic here.
 
@@ -241,6 +246,37 @@ class PauseNoCopy(pn.PauseHelpers, harness.ClusterTest):
         self.assertFalse(self.paused_on(x), "c took the pause of the old topic's channel")
         self.assertFalse(self.topic_paused(x, self.topic), "the new topic took the old's pause")
         self.assertFalse(os.path.exists(tdir), "the old topic's directory was left")
+
+    def test_pause_without_a_copy_goes_with_a_deletion_while_down(self):
+        """The directory a pause made on X, kept by a restart while the
+        topic lives, goes once X is back and its metastore replica shows
+        the topic deleted while X was down (never made again): nothing
+        else would take it. Trashed as a deletion here would have."""
+        self.replicas = 1
+        c = self.make(3, args=ARGS + ["--default-replication-factor=1"])
+        c.start()
+        c.wait_alive(3)
+        lead = self.setup_topic(c, "pznc4")
+        x, tdir = self.no_copy(c, lead)
+        y = next(n for n in c.nodes if n is not x)
+        self.set_both(x, True)
+        # The live topic: a restart keeps the directory and the pauses.
+        self.restart_shows(c, x, True, "paused without a copy")
+        self.assertTrue(os.path.exists(os.path.join(tdir, "pause")))
+
+        x.kill()
+        status, body = y.request("DELETE", f"/v1/topics/{self.topic}", timeout=60)
+        self.assertIn(status, (204, 500), body)  # 500: the purge cannot reach X
+        wait_until(f"the topic gone from node {y.id}'s metastore",
+                   lambda: y.request("GET", f"/v1/topics/{self.topic}")[0] == 404, timeout=60)
+        before = len(x.log())
+        x.start()
+        x.wait_ready()
+        c.wait_alive(3)
+        wait_until("X trashed the deleted topic's directory", lambda: not os.path.exists(tdir),
+                   timeout=60)
+        self.assertIn(f"topic {self.topic}: its directory here", x.log()[before:])
+        self.assertIsNone(self.topic_paused(x, self.topic))
 
 
 if __name__ == "__main__":
