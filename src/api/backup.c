@@ -390,8 +390,12 @@ typedef struct {
     const char *sess; /* the session's directory */
     unsigned char *buf;
     flist_t *l;
-    const char **topics; /* the topics of the partitions taken, sorted, each once */
+    /* the topics of the partitions taken and the directories holding no
+     * partition with a pause file (list_bare), sorted, each once */
+    const char **topics;
     size_t ntopics;
+    char **bare; /* list_bare's names, owned */
+    size_t nbare;
     int64_t *tstamps; /* each topic's stamp as read before its files were copied, or 0 */
     cstamp_t *stamps; /* sorted by rel */
     size_t nstamps;
@@ -811,6 +815,63 @@ static void list_topics(ctx_t *c, const part_t *parts, size_t nparts)
     c->ntopics = n;
 }
 
+/* The topic directories that hold no partition but a pause file, added to
+ * c->topics: a cluster node's pause of a topic or channel of which it
+ * holds no copy (docs/cluster.md) makes one, for the topic's stamp, its
+ * pause files and the channels' stamps. take_pauses takes them as it does
+ * a topic's with partitions, so a node restored from the backup keeps
+ * those pauses too. */
+static void list_bare(ctx_t *c)
+{
+    char top[PATH_MAX_LEN];
+    pathf(top, sizeof(top), "%s/topics", c->data);
+    DIR *d = opendir(top);
+    if (d == NULL)
+        return; /* no topic here at all */
+    struct dirent *e;
+    size_t cap = 0;
+    while ((e = readdir(d)) != NULL && c->l->err == 0) {
+        const char *name = e->d_name;
+        char dir[PATH_MAX_LEN];
+        if (name[0] == '.' || strlen(name) > TN_NAME_MAX)
+            continue;
+        bool listed = false;
+        for (size_t i = 0; i < c->ntopics && !listed; i++)
+            listed = strcmp(c->topics[i], name) == 0;
+        pathf(dir, sizeof(dir), "%s/%s", top, name);
+        if (listed || !tn_store_dir_pause_only(dir))
+            continue;
+        if (c->nbare == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            char **v = tn_realloc(c->bare, ncap * sizeof(*v));
+            if (v == NULL) {
+                flist_fail(c->l, UV_ENOMEM, "%s", "topic list");
+                break;
+            }
+            c->bare = v;
+            cap = ncap;
+        }
+        if ((c->bare[c->nbare] = tn_strdup(name)) == NULL) {
+            flist_fail(c->l, UV_ENOMEM, "%s", "topic list");
+            break;
+        }
+        c->nbare++;
+    }
+    closedir(d);
+    if (c->nbare == 0 || c->l->err != 0)
+        return;
+    const char **v = tn_realloc(c->topics, (c->ntopics + c->nbare) * sizeof(*v));
+    if (v == NULL) {
+        flist_fail(c->l, UV_ENOMEM, "%s", "topic list");
+        return;
+    }
+    for (size_t i = 0; i < c->nbare; i++)
+        v[c->ntopics + i] = c->bare[i];
+    c->topics = v;
+    c->ntopics += c->nbare;
+    qsort(c->topics, c->ntopics, sizeof(*c->topics), cmp_str);
+}
+
 /* Each topic's stamp (`stamp`) and each channel stamp (`<channel>.cstamp`)
  * in the directories of c->topics, read before any partition's files are
  * copied, into c->tstamps and c->stamps: take_topic_stamp and take_stamp
@@ -963,7 +1024,8 @@ static void take_topic_stamp(ctx_t *c, size_t i)
                c->topic_left_out);
 }
 
-/* This node's pauses of the topics it holds a partition of: each
+/* This node's pauses of the topics it holds a partition of, and of those
+ * it holds none of whose directory a pause made (list_bare): each
  * channel's `<channel>.cpause` file and the topic's own `pause` file (its
  * hold points with it) in each topic's directory (renamed into place at
  * each pause and unpause, so a link keeps one whole version; a pause is
@@ -988,6 +1050,14 @@ static void take_pauses(ctx_t *c)
             if (d == NULL) {
                 if (errno != ENOENT) /* gone: the topic was deleted since the POST */
                     flist_fail(c->l, -errno, "list %s", rel);
+                break;
+            }
+            char sdir[PATH_MAX_LEN];
+            pathf(sdir, sizeof(sdir), "%s/%s", c->sess, rel);
+            int rc = pass == 0 ? mkdirs(sdir) : 0; /* a directory with no partition taken */
+            if (rc != 0) {
+                closedir(d);
+                flist_fail(c->l, rc, "mkdir %s", sdir);
                 break;
             }
             struct dirent *e;
@@ -1215,6 +1285,8 @@ static void take_work(uv_work_t *w)
                .topic_left_out = &t->topic_stamps_left_out};
     list_topics(&c, t->parts, t->nparts);
     if (l->err == 0)
+        list_bare(&c);
+    if (l->err == 0)
         read_stamps(&c);
     /* The metastore's snapshot, as a file of the session. */
     char mp[PATH_MAX_LEN];
@@ -1248,6 +1320,9 @@ static void take_work(uv_work_t *w)
     tn_free(c.stamps);
     tn_free(c.tstamps);
     tn_free(c.topics);
+    for (size_t i = 0; i < c.nbare; i++)
+        tn_free(c.bare[i]);
+    tn_free(c.bare);
     tn_free(buf);
 }
 

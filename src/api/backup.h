@@ -42,7 +42,8 @@
  *      its directory as they stand, unchecked (its durable end stops at
  *      the damage, and a copy cut there would restore as a clean, shorter
  *      log); the manifest's "isolated" names it with its error. Then
- *      each topic's pause files, each channel's stamp (`.cstamp`,
+ *      each topic's pause files (also of a topic whose directory here
+ *      holds no partition, only a pause's files), each channel's stamp (`.cstamp`,
  *      which record its files are of) and last the topic's (`stamp`),
  *      each when it still holds what it held before the first file was
  *      copied (a channel or topic deleted and made again as its files

@@ -1021,6 +1021,22 @@ int tn_store_list_topics(tn_store_t *store, tn_store_topic_cb cb, void *arg)
     return rc;
 }
 
+bool tn_store_partition_name(const char *s, uint32_t *p)
+{
+    if (*s == '\0' || strlen(s) > 10 || (s[0] == '0' && s[1] != '\0'))
+        return false;
+    uint64_t v = 0;
+    for (const char *c = s; *c; c++) {
+        if (*c < '0' || *c > '9')
+            return false;
+        v = v * 10 + (uint64_t)(*c - '0');
+    }
+    if (v > UINT32_MAX)
+        return false;
+    *p = (uint32_t)v;
+    return true;
+}
+
 int tn_store_list_partitions(tn_store_t *store, const char *topic, tn_store_partition_cb cb,
                              void *arg)
 {
@@ -1033,23 +1049,32 @@ int tn_store_list_partitions(tn_store_t *store, const char *topic, tn_store_part
         return tn_err_from_errno(errno);
     int rc = 0;
     struct dirent *e;
+    uint32_t p;
     while (rc == 0 && (e = readdir(d)) != NULL) {
-        const char *s = e->d_name;
-        if (*s == '\0' || strlen(s) > 10 || (s[0] == '0' && s[1] != '\0'))
-            continue;
-        uint64_t v = 0;
-        bool digits = true;
-        for (const char *p = s; *p; p++) {
-            if (*p < '0' || *p > '9') {
-                digits = false;
-                break;
-            }
-            v = v * 10 + (uint64_t)(*p - '0');
-        }
-        if (!digits || v > UINT32_MAX)
-            continue;
-        rc = cb(arg, topic, (uint32_t)v);
+        if (tn_store_partition_name(e->d_name, &p))
+            rc = cb(arg, topic, p);
     }
     closedir(d);
     return rc;
+}
+
+bool tn_store_dir_pause_only(const char *topic_dir)
+{
+    DIR *d = opendir(topic_dir);
+    if (d == NULL)
+        return false;
+    bool pause = false, part = false;
+    struct dirent *e;
+    uint32_t p;
+    size_t n, sl = strlen(TN_STORE_CHAN_PAUSE_SUFFIX);
+    while (!part && (e = readdir(d)) != NULL) {
+        n = strlen(e->d_name);
+        if (strcmp(e->d_name, TN_STORE_TOPIC_PAUSE_FILE) == 0 ||
+            (n > sl && strcmp(e->d_name + n - sl, TN_STORE_CHAN_PAUSE_SUFFIX) == 0))
+            pause = true;
+        else
+            part = tn_store_partition_name(e->d_name, &p);
+    }
+    closedir(d);
+    return pause && !part;
 }

@@ -251,6 +251,9 @@ int tn_store_list_topics(tn_store_t *store, tn_store_topic_cb cb, void *arg);
 typedef int (*tn_store_partition_cb)(void *arg, const char *topic, uint32_t partition);
 int tn_store_list_partitions(tn_store_t *store, const char *topic, tn_store_partition_cb cb,
                              void *arg);
+/* Whether name is a partition directory's: its index (at most
+ * UINT32_MAX, decimal, no leading zero) into *p. */
+bool tn_store_partition_name(const char *name, uint32_t *p);
 
 /* A topic directory's stamp (`topics/<topic>/stamp`, storage-format.md):
  * the creation time (Unix ms, not 0) of the metastore record the topic was
@@ -346,6 +349,12 @@ int tn_store_topic_pause_read(tn_store_t *store, const char *topic, int *paused,
  * by an earlier one must not pause it at the next start. Blocking: a
  * worker thread. */
 int tn_store_topic_pause_remove(tn_store_t *store, const char *topic);
+/* Whether the topic directory topic_dir (named whole) holds a pause file
+ * (the topic's or a channel's) and no partition directory: what a cluster
+ * node's pause of a topic it holds no copy of makes (docs/cluster.md),
+ * which the start does not load. false when it cannot be read. For a
+ * backup (api/backup.c) and `ternctl restore`. Blocking. */
+bool tn_store_dir_pause_only(const char *topic_dir);
 
 /* Remove a topic's directory (its logs and channel logs closed): renamed
  * into trash/ (durably: the topic is gone from then on, even after a

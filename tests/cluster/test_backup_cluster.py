@@ -12,7 +12,12 @@ replicated topic paused on one follower only (a pause is the node's)
 comes back paused on that node alone: each member's copy carries its
 pause file, and restore writes the channel's stamp beside it, without
 which the catalog, making the channel where the copy holds no file of it,
-would make it unpaused."""
+would make it unpaused. A topic and its channel paused on a node holding
+no copy of the topic (its directory there holds only the pause's files)
+come back paused on that node too: the backup carries that directory's
+pause files and stamps, and restore stamps it from the restored
+metastore (before, the backup left it out and the node came back with
+both unpaused)."""
 import json
 import os
 import subprocess
@@ -36,19 +41,26 @@ def ternctl(*args, port=None):
 CLIENT = {"X-Tern-Client": "cluster-test"}
 
 
-def held_paused(node):
-    """Whether node's /stats shows channel held of rt paused (None: no
-    answer, or not listed)."""
-    st, body = node.request("GET", "/stats?format=json&topic=rt")
+def paused(node, topic, channel=None):
+    """Whether node's /stats shows the topic (or its channel) paused
+    (None: no answer, or not listed)."""
+    st, body = node.request("GET", f"/stats?format=json&topic={topic}")
     if st != 200 or not isinstance(body, dict):
         return None
     for t in body.get("topics") or []:
-        if t["topic_name"] != "rt":
+        if t["topic_name"] != topic:
             continue
+        if channel is None:
+            return t["paused"]
         for ch in t.get("channels") or []:
-            if ch["channel_name"] == "held":
+            if ch["channel_name"] == channel:
                 return ch["paused"]
     return None
+
+
+def held_paused(node):
+    """Whether node's /stats shows channel held of rt paused."""
+    return paused(node, "rt", "held")
 
 
 def rt_lead(node):
@@ -106,6 +118,22 @@ class BackupClusterTest(ClusterTest):
         self.assertEqual(st, 200, body)
         self.assertIs(held_paused(follower), True)
 
+        # A factor-1 topic and its channel paused on a node holding no
+        # copy of it: its directory there holds only the pause's files.
+        st, body = leader.request("POST", "/v1/topics", {"name": "nt", "partitions": 1})
+        self.assertEqual(st, 201, body)
+        nt_owner = wait_until("nt's owner", lambda: (leader.owners("nt") or [None])[0])
+        st, body = leader.request("POST", "/channel/create?topic=nt&channel=nc", headers=CLIENT)
+        self.assertEqual(st, 200, body)
+        bare = next(n for n in c.nodes if str(n.id) != str(nt_owner))
+        wait_until(f"nc on node {bare.id}", lambda: paused(bare, "nt", "nc") is False, timeout=90)
+        for what in ("topic/pause?topic=nt", "channel/pause?topic=nt&channel=nc"):
+            st, body = bare.request("POST", f"/{what}", headers=CLIENT)
+            self.assertEqual(st, 200, body)
+        ntdir = os.path.join(bare.data, "topics", "nt")
+        self.assertFalse(os.path.exists(os.path.join(ntdir, "0")))
+        self.assertTrue(os.path.exists(os.path.join(ntdir, "pause")))
+
         bdir = os.path.join(c.dir, "backup")
         r = ternctl("backup", bdir, port=c.nodes[1].http_port)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr + c.logs())
@@ -120,6 +148,9 @@ class BackupClusterTest(ClusterTest):
             self.assertEqual(sorted(v["id"] for v in man["metastore"]["voters"]), [1, 2, 3])
             ingress += [x["path"] for x in man["files"] if x["path"].startswith("ingress/")]
             self.assertIn("topics/rt/held.cpause", [x["path"] for x in man["files"]], n.id)
+            if n is bare:
+                for f in ("pause", "nc.cpause", "nc.cstamp", "stamp"):
+                    self.assertIn(f"topics/nt/{f}", [x["path"] for x in man["files"]], n.id)
         # Produces to partitions of other nodes went through ingress logs,
         # which are copied with their checkpoints.
         self.assertTrue(any(p.endswith(".log") for p in ingress), ingress)
@@ -157,6 +188,10 @@ class BackupClusterTest(ClusterTest):
                                "channel held of rt created", "channel held of rt/0: settled")),
                        timeout=90)
             self.assertEqual(held_paused(n), n.id == follower.id, (n.id, n.log()))
+            want = (n is bare, n is bare)  # the topic's pause and nc's
+            wait_until(f"nt and nc {'paused' if n is bare else 'unpaused'} on node {n.id}",
+                       lambda n=n, want=want: (paused(n, "nt"), paused(n, "nt", "nc")) == want,
+                       timeout=90)
         got = set()
 
         def drained():

@@ -1042,18 +1042,62 @@ static bool chan_file(const char *path, const char *sfx, char *t, char *ch)
     return true;
 }
 
+/* Whether path (a manifest's) is the topic's own file name in its
+ * directory, topics/<t>/<name>; then t (PATH_LEN bytes) names the topic. */
+static bool topic_file(const char *path, const char *name, char *t)
+{
+    if (strncmp(path, "topics/", 7) != 0)
+        return false;
+    const char *topic = path + 7, *slash = strchr(topic, '/');
+    if (slash == NULL || slash == topic || strcmp(slash + 1, name) != 0)
+        return false;
+    pathf(t, PATH_LEN, "%.*s", (int)(slash - topic), topic);
+    return true;
+}
+
 /* Whether path (a manifest's) is a stamp the backup carried (api/backup.c
  * take_stamp, take_topic_stamp): a channel's, topics/<t>/<c>.cstamp, or
  * a topic's, topics/<t>/stamp. */
 static bool carried_stamp(const char *path)
 {
     char t[PATH_LEN], ch[PATH_LEN];
-    if (chan_file(path, TN_STORE_CHAN_STAMP_SUFFIX, t, ch))
-        return true;
-    if (strncmp(path, "topics/", 7) != 0)
-        return false;
-    const char *slash = strchr(path + 7, '/');
-    return slash != NULL && slash != path + 7 && strcmp(slash + 1, TN_STORE_STAMP_FILE) == 0;
+    return chan_file(path, TN_STORE_CHAN_STAMP_SUFFIX, t, ch) ||
+           topic_file(path, TN_STORE_STAMP_FILE, t);
+}
+
+/* A plain restore: each topic directory of the node's copy that holds no
+ * partition, only a pause's files (a pause this node took of a topic it
+ * held no copy of, carried by api/backup.c list_bare), gets the stamp of
+ * its topic's record in s, the metastore the node starts from, after the
+ * files. The start does not load such a directory, and the topic the
+ * catalog then makes keeps its pause files only beside the stamp of its
+ * own record (queue/broker.c topic_create_work), where a directory with
+ * partitions is loaded and stamped at the first start. A topic s has no
+ * record of gets none (the directory goes at the first start, as the
+ * topic's deletion took it). With --rejoin stamp_restored stamps it as any
+ * restored topic directory. *nstamped: how many were written. */
+static int stamp_bare(const tn_meta_state_t *s, const tn_manifest_t *m, const char *data,
+                      size_t *nstamped)
+{
+    for (size_t i = 0; i < m->nfiles; i++) {
+        char t[PATH_LEN], ch[PATH_LEN], tdir[PATH_LEN], sp[PATH_LEN];
+        const char *path = m->files[i].path;
+        if (!topic_file(path, TN_STORE_TOPIC_PAUSE_FILE, t) &&
+            !chan_file(path, TN_STORE_CHAN_PAUSE_SUFFIX, t, ch))
+            continue;
+        pathf(tdir, sizeof(tdir), "%s/topics/%s", data, t);
+        pathf(sp, sizeof(sp), "%s/%s", tdir, TN_STORE_STAMP_FILE);
+        struct stat st;
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, t);
+        if (e == NULL || e->rec.created_at_ms <= 0 || stat(sp, &st) == 0 ||
+            !tn_store_dir_pause_only(tdir))
+            continue; /* unrecorded, stamped already, or loaded at the start */
+        int rc = tn_store_stamp_write_dir(tdir, e->rec.created_at_ms);
+        if (rc != 0)
+            return say("restore", "%s: %s", sp, tn_strerror(rc));
+        (*nstamped)++;
+    }
+    return TN_CTL_OK;
 }
 
 /* Each channel whose pause file the node's copy holds (api/backup.c
@@ -1319,8 +1363,9 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         rc = TN_CTL_OK;
         goto out;
     }
-    /* 3. The channels' stamps from the rewritten metastore, then the
-     * metastore and the restored incarnation. */
+    /* 3. The channels' stamps from the rewritten metastore, and those of
+     * the topic directories holding only pause files, then the metastore
+     * and the restored incarnation. */
     {
         tn_meta_state_t s;
         tn_meta_state_init(&s);
@@ -1330,6 +1375,8 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
             rc = say("restore", "the rewritten metastore: %s", tn_strerror(e));
         else
             rc = stamp_channels(&s, &m, false, data, &nstamped);
+        if (rc == TN_CTL_OK)
+            rc = stamp_bare(&s, &m, data, &nstamped);
         tn_meta_state_fini(&s);
         if (rc != TN_CTL_OK)
             goto out;
