@@ -835,9 +835,8 @@ static void list_bare(ctx_t *c)
         char dir[PATH_MAX_LEN];
         if (name[0] == '.' || strlen(name) > TN_NAME_MAX)
             continue;
-        bool listed = false;
-        for (size_t i = 0; i < c->ntopics && !listed; i++)
-            listed = strcmp(c->topics[i], name) == 0;
+        bool listed = c->ntopics > 0 &&
+                      bsearch(&name, c->topics, c->ntopics, sizeof(*c->topics), cmp_str) != NULL;
         pathf(dir, sizeof(dir), "%s/%s", top, name);
         if (listed || !tn_store_dir_pause_only(dir))
             continue;

@@ -43,11 +43,11 @@
  *      the damage, and a copy cut there would restore as a clean, shorter
  *      log); the manifest's "isolated" names it with its error. Then
  *      each topic's pause files (also of a topic whose directory here
- *      holds no partition, only a pause's files), each channel's stamp (`.cstamp`,
- *      which record its files are of) and last the topic's (`stamp`),
- *      each when it still holds what it held before the first file was
- *      copied (a channel or topic deleted and made again as its files
- *      were copied has none: backup.c take_stamp, take_topic_stamp).
+ *      holds no partition, only a pause's files), each channel's stamp
+ *      (`.cstamp`, which record its files are of) and last the topic's
+ *      (`stamp`), each when it still holds what it held before the first
+ *      file was copied (a channel or topic deleted and made again as its
+ *      files were copied has none: backup.c take_stamp, take_topic_stamp).
  *   3. Answer 201 with the manifest (backup.c's manifest_json). The
  *      session lives until DELETE /v1/backup/{id} or until it has not
  *      been used for its TTL (every download renews it); then its

@@ -202,18 +202,24 @@ class PauseNoCopy(pn.PauseHelpers, harness.ClusterTest):
                 "POST", f"/channel/create?topic={self.topic}&channel={ch}", headers=CLIENT)
             self.assertEqual(status, 200, body)
 
+    def three_f1(self, topic):
+        """Three nodes, the topic at factor 1 made (setup_topic); the
+        cluster, the member X holding no copy, its topic directory's path
+        and another member."""
+        self.replicas = 1
+        c = self.make(3, args=ARGS + ["--default-replication-factor=1"])
+        c.start()
+        c.wait_alive(3)
+        lead = self.setup_topic(c, topic)
+        x, tdir = self.no_copy(c, lead)
+        return c, x, tdir, next(n for n in c.nodes if n is not x)
+
     def test_pause_without_a_copy_goes_with_its_topic(self):
         """The directory a pause made on X goes with the topic's deletion
         while X runs; and a pause kept there while X was down through a
         deletion and a creation of the name is never the new topic's: the
         directory goes then."""
-        self.replicas = 1
-        c = self.make(3, args=ARGS + ["--default-replication-factor=1"])
-        c.start()
-        c.wait_alive(3)
-        lead = self.setup_topic(c, "pznc2")
-        x, tdir = self.no_copy(c, lead)
-        y = next(n for n in c.nodes if n is not x)
+        c, x, tdir, y = self.three_f1("pznc2")
 
         self.set_both(x, True)
         # The pauses made the directory: the topic's stamp and pause file,
@@ -252,13 +258,7 @@ class PauseNoCopy(pn.PauseHelpers, harness.ClusterTest):
         topic lives, goes once X is back and its metastore replica shows
         the topic deleted while X was down (never made again): nothing
         else would take it. Trashed as a deletion here would have."""
-        self.replicas = 1
-        c = self.make(3, args=ARGS + ["--default-replication-factor=1"])
-        c.start()
-        c.wait_alive(3)
-        lead = self.setup_topic(c, "pznc4")
-        x, tdir = self.no_copy(c, lead)
-        y = next(n for n in c.nodes if n is not x)
+        c, x, tdir, y = self.three_f1("pznc4")
         self.set_both(x, True)
         # The live topic: a restart keeps the directory and the pauses.
         self.restart_shows(c, x, True, "paused without a copy")

@@ -45,11 +45,15 @@ ADMIN_PASSWORD = "http-tests-password"
 ADMIN = {"Authorization": "Basic " + base64.b64encode(f"admin:{ADMIN_PASSWORD}".encode()).decode()}
 
 
-class HTTP(unittest.TestCase):
+class AdminDaemon:
+    """One ternd for the test class, started with ARGS and the admin
+    password ADMIN_PASSWORD."""
+    ARGS = ()
+
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="tern-http-")
-        cls.d = Daemon(os.path.join(cls.dir, "data"),
+        cls.d = Daemon(os.path.join(cls.dir, "data"), *cls.ARGS,
                        env=dict(os.environ, TERN_ADMIN_PASSWORD=ADMIN_PASSWORD))
         cls.d.wait_for("ready")
         cls.port = cls.d.http_port
@@ -61,6 +65,8 @@ class HTTP(unittest.TestCase):
         shutil.rmtree(cls.dir, ignore_errors=True)
         assert rc == 0, f"ternd exited {rc}:\n{cls.d.log()}"
 
+
+class HTTP(AdminDaemon, unittest.TestCase):
     def request(self, method, path, body=None, headers=None):
         return request(self.port, method, path, body, headers)
 
@@ -726,7 +732,7 @@ class HTTPBounds(unittest.TestCase):
         b.close()
 
 
-class SlowReader(unittest.TestCase):
+class SlowReader(AdminDaemon, unittest.TestCase):
     """--http-idle-timeout against one long answer: a client taking a
     multi-megabyte answer slowly is not cut while it reads at some pace;
     one that reads none of it is closed after the idle timeout and its
@@ -734,21 +740,7 @@ class SlowReader(unittest.TestCase):
     reader; a client that never reads it can hold a connection forever)."""
 
     BODY = 900_000  # five of them: a consume answer of some 4.5 MB
-
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="tern-http-")
-        cls.d = Daemon(os.path.join(cls.dir, "data"), "--http-idle-timeout=1s",
-                       env=dict(os.environ, TERN_ADMIN_PASSWORD=ADMIN_PASSWORD))
-        cls.d.wait_for("ready")
-        cls.port = cls.d.http_port
-        cls.d.wait_for("root user admin created")
-
-    @classmethod
-    def tearDownClass(cls):
-        rc = cls.d.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
-        assert rc == 0, rc
+    ARGS = ("--http-idle-timeout=1s",)
 
     def big_answer_request(self, close=False):
         """A socket with a small receive buffer that asked for five 900 KB
@@ -786,10 +778,15 @@ class SlowReader(unittest.TestCase):
                 pass
         return any(f"socket:[{i}]" in links for i in inodes if i != "0")
 
-    def test_a_slow_reader_gets_the_whole_answer(self):
+    def both_ways(self, check):
+        """check(close), with a keep-alive request and a Connection: close
+        one (which arms no other timer)."""
         for close in (False, True):
             with self.subTest(connection_close=close):
-                self.slow_read(close)
+                check(close)
+
+    def test_a_slow_reader_gets_the_whole_answer(self):
+        self.both_ways(self.slow_read)
 
     def slow_read(self, close):
         s = self.big_answer_request(close)
@@ -818,9 +815,7 @@ class SlowReader(unittest.TestCase):
         s.close()
 
     def test_a_reader_that_reads_nothing_is_closed(self):
-        for close in (False, True):
-            with self.subTest(connection_close=close):
-                self.no_read(close)
+        self.both_ways(self.no_read)
 
     def no_read(self, close):
         s = self.big_answer_request(close)
