@@ -1,5 +1,6 @@
 /* Sending a connection's output (proto/stream.h): at once when the socket
- * takes it, the rest queued from the held buffer, errors handed back. */
+ * takes it, the rest queued from the held buffer, errors handed back; what
+ * the peer has not taken yet. */
 #include "core/platform.h"
 
 #include "testutil.h"
@@ -129,6 +130,36 @@ static void test_large_output_is_queued_in_order(void **state)
     sfx_fini(&f);
 }
 
+/* What the peer has not taken yet (tn_stream_unacked): libuv's queue and
+ * the kernel's; it falls as the peer reads, while the one write is still
+ * queued (an idle timeout tells a slow reader by it), and ends at 0. */
+static void test_unacked_falls_as_the_peer_reads(void **state)
+{
+    (void)state;
+    sfx_t f;
+    sfx_init(&f);
+    enum { SIZE = 8 * 1024 * 1024 };
+    char *data = calloc(1, SIZE);
+    assert_non_null(data);
+    assert_int_equal(tn_buf_append(&f.out, data, SIZE), 0);
+    assert_int_equal(send_out(&f), 1);
+    size_t before = tn_stream_unacked((uv_stream_t *)&f.w);
+    assert_true(before > tn_buf_size(&f.held)); /* the kernel holds some too */
+    uv_os_fd_t fd;
+    assert_int_equal(uv_fileno((uv_handle_t *)&f.r, &fd), 0);
+    ssize_t n = read(fd, data, 65536);
+    assert_true(n > 0);
+    assert_true(tn_stream_unacked((uv_stream_t *)&f.w) < before);
+    assert_int_equal(f.written, 0); /* the write is still queued */
+    assert_int_equal(uv_read_start((uv_stream_t *)&f.r, on_alloc, on_read), 0);
+    while (tn_buf_size(&f.got) < SIZE - (size_t)n)
+        uv_run(&f.loop, UV_RUN_ONCE);
+    assert_int_equal(f.written, 1);
+    assert_int_equal(tn_stream_unacked((uv_stream_t *)&f.w), 0);
+    free(data);
+    sfx_fini(&f);
+}
+
 static void test_peer_gone_is_an_error(void **state)
 {
     (void)state;
@@ -147,6 +178,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_small_output_goes_at_once),
         cmocka_unit_test(test_large_output_is_queued_in_order),
+        cmocka_unit_test(test_unacked_falls_as_the_peer_reads),
         cmocka_unit_test(test_peer_gone_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
