@@ -68,7 +68,7 @@ struct conn_s {
     bool close_after; /* close (gracefully) once the output is written */
     bool head_started;
     bool advancing;      /* in advance(): answers given meanwhile do not recurse */
-    size_t idle_unacked; /* output the client had not taken when the idle timer was armed */
+    size_t idle_unacked; /* output not taken yet when the idle timer was armed mid-write */
     /* the request being read or handled */
     tn_http_request_t *req;
     const route_t *route;
@@ -587,11 +587,12 @@ static void on_timer(uv_timer_t *t)
             return;
         }
         /* Idle: no request, and no answer taken meanwhile. A client that
-         * reads a long answer at any pace is not idle (nsqd sets no write
-         * timeout at all); one that read none of it for the whole timeout
-         * is, and its descriptor is wanted back. */
-        size_t left = tn_stream_unacked((uv_stream_t *)&c->tcp);
-        if (left > 0 && left < c->idle_unacked) {
+         * reads a long answer at any pace is not idle while part of it
+         * waits here for the socket (nsqd sets no write timeout at all);
+         * one that took none of it for the whole timeout is, and its
+         * descriptor is wanted back. What the kernel holds of an answer
+         * is not lost by the close: it is sent on, then the FIN. */
+        if (c->writing && tn_stream_unacked((uv_stream_t *)&c->tcp) < c->idle_unacked) {
             arm_idle(c);
             return;
         }
@@ -604,11 +605,12 @@ static void arm(conn_t *c, int64_t ms)
     uv_timer_start(&c->timer, on_timer, (uint64_t)ms, 0);
 }
 
-/* The idle timer, noting how much output the client has still to take,
- * so that on_timer sees whether it took any meanwhile. */
+/* The idle timer. Mid-write it notes how much output the client has still
+ * to take, so that on_timer sees whether it took any meanwhile (a system
+ * call, only when the socket was full: not on every keep-alive request). */
 static void arm_idle(conn_t *c)
 {
-    c->idle_unacked = tn_stream_unacked((uv_stream_t *)&c->tcp);
+    c->idle_unacked = c->writing ? tn_stream_unacked((uv_stream_t *)&c->tcp) : 0;
     arm(c, c->srv->opts.idle_timeout_ms);
 }
 
