@@ -141,11 +141,39 @@ int tn__meta_owner_made(const tn_meta_state_t *s, uint8_t rule, tn_meta_topic_t 
     return 0;
 }
 
+/* The carry's decider (rule 3): the first candidate parent of the
+ * dead-letter topic that is the topic changed or has an owner, in rule
+ * 1's order (the one whose owner a FOLLOW create takes), passing over the
+ * dead-letter topic itself (a hashed name begins with its own prefix). */
+typedef struct {
+    const char *dlq;
+    const char *topic;
+} carry_t;
+
+static const char *carry_decider(const tn_meta_state_t *s, const char *cand, void *arg)
+{
+    const carry_t *k = arg;
+    if (strcmp(cand, k->dlq) == 0)
+        return NULL;
+    return strcmp(cand, k->topic) == 0 || tn_meta_owner(s, cand) != NULL ? cand : NULL;
+}
+
 void tn__meta_owner_carry(tn_meta_state_t *s, const char *parent, const char *was, const char *now)
 {
+    /* Decided on the state before any of them changes, then changed: the
+     * outcome does not depend on the order of the walk. */
+    char cand[TN_NAME_MAX + 1];
     for (size_t k = 0; k < s->ntopics; k++) {
-        tn_meta_topic_t *rec = &s->topics[k]->rec;
-        if (strcmp(rec->owner, was) == 0 && tn_meta_dlq_names(rec->name, parent))
-            snprintf(rec->owner, sizeof(rec->owner), "%s", now);
+        tn_meta_topic_entry_t *e = s->topics[k];
+        carry_t arg = {e->rec.name, parent};
+        e->carry = strcmp(e->rec.owner, was) == 0 && tn_meta_dlq_names(e->rec.name, parent) &&
+                   tn_meta_dlq_each_parent(s, e->rec.name, cand, carry_decider, &arg) != NULL &&
+                   strcmp(cand, parent) == 0;
+    }
+    for (size_t k = 0; k < s->ntopics; k++) {
+        tn_meta_topic_entry_t *e = s->topics[k];
+        if (e->carry)
+            snprintf(e->rec.owner, sizeof(e->rec.owner), "%s", now);
+        e->carry = false;
     }
 }

@@ -26,8 +26,13 @@
  *    FOLLOW gives the record the longest owned candidate's owner (an
  *    admin's create, the engine's for a dead letter). On an update that
  *    changes the owner, CARRY gives the new owner to every existing
- *    dead-letter topic of the topic (the topic is one of its candidate
- *    parents) that had the old one.
+ *    dead-letter topic of the topic that had the old one and whose
+ *    owner the topic decides: passing over the dead-letter topic itself,
+ *    the topic is its first candidate parent that is the topic or has
+ *    an owner (the one FOLLOW would take the owner of), so a longer
+ *    candidate's dead-letter topic (`a.b.c.DLQ` of `a.b`, not of `a`)
+ *    stays with that one's owner. Decided before any changes: the walk's
+ *    order does not matter.
  * Entries without the marks (older builds' logs) apply as those builds
  * did, so a replica replaying them and one restoring a snapshot taken
  * after them hold the same state.
@@ -79,8 +84,8 @@ void tn__meta_owner_disown(tn_meta_state_t *s, const char *user);
  * rule: 0 (rec's owner possibly replaced, FOLLOW) or UV_EPERM (CHECK). */
 int tn__meta_owner_made(const tn_meta_state_t *s, uint8_t rule, tn_meta_topic_t *rec);
 
-/* Rule 3, CARRY: the dead-letter topics of parent owned by was (""
- * none) get now. */
+/* Rule 3, CARRY: the dead-letter topics owned by was ("" none) whose
+ * owner parent decides get now. */
 void tn__meta_owner_carry(tn_meta_state_t *s, const char *parent, const char *was, const char *now);
 
 #endif

@@ -89,6 +89,9 @@ typedef struct {
     /* Replicated topics: the state of each partition (owners_cap slots;
      * nreplicas 0 = not placed yet). NULL for a factor-1 topic. */
     tn_pstate_t *pstates;
+    /* tn__meta_owner_carry's mark between its two walks (meta/owner.h;
+     * false outside it). */
+    bool carry;
 } tn_meta_topic_entry_t;
 
 /* Told of every partition state an applied command changed, made or

@@ -297,6 +297,52 @@ static void test_owner_change_carries_dead_letter_topics(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* A dead-letter name has more than one candidate parent (rule 1): an
+ * owner change carries only those whose owner a create would take from
+ * the topic changed (the longest owned candidate, or the topic itself),
+ * not one a longer candidate owned by another, or by the same old owner,
+ * decides: that one's dead letters (and access) stay with it. */
+static void test_owner_change_carries_only_its_own(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    assert_int_equal(apply(&s, topic("a", "alice", 0)), 0);
+    assert_int_equal(apply(&s, topic("a.b", "alice", 0)), 0);
+    assert_int_equal(apply(&s, topic("a.b.c.DLQ", "alice", TN_META_OWN_FOLLOW)), 0);
+    assert_int_equal(apply(&s, topic("a.z.DLQ", "alice", TN_META_OWN_FOLLOW)), 0);
+    assert_int_equal(change_owner(&s, "a", "bob", TN_META_OWN_CARRY), 0);
+    assert_string_equal(owner(&s, "a.z.DLQ"), "bob");
+    assert_string_equal(owner(&s, "a.b.c.DLQ"), "alice"); /* a.b's, still alice's */
+    /* An owner-less dead-letter topic (an older release's) whose access
+     * follows an owned longer candidate is not adopted with the shorter. */
+    assert_int_equal(apply(&s, topic("p", "", 0)), 0);
+    assert_int_equal(apply(&s, topic("p.q", "carol", 0)), 0);
+    assert_int_equal(apply(&s, topic("p.q.c.DLQ", "", 0)), 0);
+    assert_int_equal(apply(&s, topic("p.c.DLQ", "", 0)), 0);
+    assert_int_equal(change_owner(&s, "p", "bob", TN_META_OWN_CARRY), 0);
+    assert_string_equal(owner(&s, "p.c.DLQ"), "bob");
+    assert_string_equal(owner(&s, "p.q.c.DLQ"), "");
+    char parent[TN_NAME_MAX + 1];
+    assert_string_equal(tn_meta_dlq_parent_owner(&s, "p.q.c.DLQ", parent), "carol");
+
+    /* The hashed form: the candidate in s's order decides, as at create. */
+    char l1[TN_NAME_MAX + 1], l2[TN_NAME_MAX + 1], hashed[TN_NAME_MAX + 1];
+    memset(l1, 'l', 248);
+    l1[248] = '\0';
+    memcpy(l2, l1, sizeof(l1));
+    l2[247] = 'm';
+    snprintf(hashed, sizeof(hashed), "%.*s.0badcafe.DLQ", TN_NAME_DLQ_PREFIX, l1);
+    assert_int_equal(apply(&s, topic(l1, "alice", 0)), 0);
+    assert_int_equal(apply(&s, topic(l2, "alice", 0)), 0);
+    assert_int_equal(apply(&s, topic(hashed, "alice", TN_META_OWN_FOLLOW)), 0);
+    assert_int_equal(change_owner(&s, l2, "bob", TN_META_OWN_CARRY), 0);
+    assert_string_equal(owner(&s, hashed), "alice");
+    assert_int_equal(change_owner(&s, l1, "bob", TN_META_OWN_CARRY), 0);
+    assert_string_equal(owner(&s, hashed), "bob");
+    tn_meta_state_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -304,6 +350,7 @@ int main(void)
         cmocka_unit_test(test_user_delete_disowns),
         cmocka_unit_test(test_dead_letter_create_decided_at_apply),
         cmocka_unit_test(test_owner_change_carries_dead_letter_topics),
+        cmocka_unit_test(test_owner_change_carries_only_its_own),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
