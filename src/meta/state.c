@@ -1094,7 +1094,7 @@ static int channel_delete(tn_meta_state_t *s, const tn_meta_cmd_t *c)
     return 0;
 }
 
-static int user_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
+static int user_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
 {
     bool found;
     size_t i = tn__meta_search((void *const *)s->users, s->nusers, c->user.name,
@@ -1142,8 +1142,9 @@ static int user_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
         }
         insert_at((void **)s->users, &s->nusers, i, u);
         /* A new user takes over no topic (meta/owner.h rule 2); the root
-         * user it would find is another, a root being made takes none. */
-        if (c->fresh)
+         * user it would find is another, a root being made takes none. A
+         * snapshot's record is taken as written (it carries no such mark). */
+        if (c->fresh && !restoring)
             tn__meta_owner_disown(s, u->name);
     }
     s->users_version++;
@@ -1478,7 +1479,7 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     case TN_MC_CHANNEL_DELETE:
         return channel_delete(s, c);
     case TN_MC_USER_PUT:
-        return user_put(s, c);
+        return user_put(s, c, restoring);
     case TN_MC_USER_DELETE:
         return user_delete(s, c->user.name, c->disown);
     case TN_MC_MEMBER_PUT:

@@ -343,6 +343,46 @@ static void test_owner_change_carries_only_its_own(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* A snapshot's records restore as written: a user record marked fresh
+ * (no snapshot writes one: damage) passes no topic to the root user, as
+ * a topic record's owner rule applies none. */
+static void test_snapshot_user_fresh_restores_as_written(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    assert_int_equal(apply(&s, user("admin", true)), 0);
+    assert_int_equal(apply(&s, user("v", false)), 0);
+    assert_int_equal(apply(&s, topic("x", "v", 0)), 0);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_state_snapshot(&s, &b), 0);
+    /* v's record (after the topics): its condition byte made fresh. */
+    unsigned char *p = (unsigned char *)tn_buf_data(&b);
+    size_t at = 24, len = tn_buf_size(&b), used;
+    bool marked = false;
+    while (at < len && !marked) {
+        tn_meta_cmd_t d;
+        assert_int_equal(tn_meta_cmd_decode(p + at, len - at, &d, &used), 0);
+        if (d.type == TN_MC_USER_PUT && strcmp(d.user.name, "v") == 0) {
+            assert_int_equal(p[at + TN_META_HDR], 0);
+            p[at + TN_META_HDR] = 1 | TN_META_USER_FRESH;
+            marked = true;
+        }
+        tn_meta_cmd_fini(&d);
+        at += used;
+    }
+    assert_true(marked);
+    tn_meta_state_t r;
+    tn_meta_state_init(&r);
+    assert_int_equal(tn_meta_state_restore(&r, p, len), 0);
+    assert_non_null(tn_meta_user_find(&r, "v"));
+    assert_string_equal(owner(&r, "x"), "v");
+    tn_meta_state_fini(&r);
+    tn_buf_fini(&b);
+    tn_meta_state_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -351,6 +391,7 @@ int main(void)
         cmocka_unit_test(test_dead_letter_create_decided_at_apply),
         cmocka_unit_test(test_owner_change_carries_dead_letter_topics),
         cmocka_unit_test(test_owner_change_carries_only_its_own),
+        cmocka_unit_test(test_snapshot_user_fresh_restores_as_written),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
