@@ -68,6 +68,7 @@ struct session_s {
     tn_auth_req_t areq;
     bool authing;
     tn_authz_t *authz;
+    char *secret;   /* the secret authz came from, checked again when authz expires; owned */
     const char *rx; /* input being fed to wslay */
     size_t rx_len;
     uv_timer_t hb;
@@ -186,6 +187,7 @@ static void session_unref(session_t *s)
     if (s->ctx != NULL)
         wslay_event_context_free(s->ctx);
     tn_authz_unref(s->authz);
+    tn_free(s->secret);
     tn_free(s);
 }
 
@@ -345,6 +347,7 @@ static void session_fail(session_t *s, const char *code, const char *detail)
 /* --- delivery ------------------------------------------------------------------ */
 
 static void on_deadline(uv_timer_t *t);
+static bool auth_current(session_t *s);
 
 /* Fail from the timer: the engine's callbacks must not see their consumer
  * detached under them. */
@@ -381,6 +384,10 @@ static void on_deadline(uv_timer_t *t)
     if (s->state == S_AUTH) {
         s->ws->st.auth_failures++;
         session_fail(s, "E_AUTH_TIMEOUT", "no auth control frame before the deadline");
+        return;
+    }
+    if (s->state == S_READY && s->held && !s->inflight && !s->waiting_budget) {
+        try_send(s); /* the grants were checked again */
         return;
     }
     if (s->state != S_READY || !s->inflight)
@@ -428,7 +435,7 @@ static void put_u64(unsigned char *p, uint64_t v)
 static void try_send(session_t *s)
 {
     tn_ws_t *ws = s->ws;
-    if (!s->held || s->inflight || s->state != S_READY)
+    if (!s->held || s->inflight || s->state != S_READY || !auth_current(s))
         return;
     size_t bytes = TN_WS_HDR + s->msg->len;
     if (ws->budget_used > 0 && ws->budget_used + bytes > ws->o.frame_budget) {
@@ -542,6 +549,8 @@ static void on_heartbeat(uv_timer_t *t)
     struct wslay_event_msg m = {WSLAY_PING, (const uint8_t *)"hb", 2};
     (void)wslay_event_queue_msg(s->ctx, &m);
     send_queued(s);
+    if (s->state == S_READY)
+        (void)auth_current(s); /* an idle feed whose grants went is closed too */
 }
 
 static void go_ready(session_t *s)
@@ -610,6 +619,61 @@ static const char *auth_detail(const char *code)
     return "the auth server refused the secret or did not answer";
 }
 
+/* Grants expire (the auth server's ttl; 60 s for tern's users): a feed
+ * sends no frame on expired grants. The secret is checked again, and the
+ * held frame goes when the answer still permits the topic; a secret
+ * refused or no longer permitting it (a user deleted, a grant revoked),
+ * or an auth server that does not answer, ends the feed with the same
+ * error as at the handshake. */
+static void on_recheck(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *authz)
+{
+    session_t *s = req->data;
+    s->authing = false;
+    int status = 0;
+    const char *code = auth_error(s, result, authz, &status);
+    if (code != NULL) {
+        tn_authz_unref(authz);
+        fail_soon(s, code, auth_detail(code)); /* maybe inside the engine's callback */
+        return;
+    }
+    tn_authz_unref(s->authz);
+    s->authz = authz;
+    if (s->held && !s->inflight)
+        uv_timer_start(&s->deadline, on_deadline, 0, 0); /* try_send, from the timer */
+}
+
+/* Whether s's grants are current; when they expired, a check of its secret
+ * starts (on_recheck, maybe before this returns). */
+static bool auth_current(session_t *s)
+{
+    if (s->authz == NULL || s->secret == NULL || s->authz->expires_ms > tn_now_mono_ms())
+        return true;
+    if (s->authing)
+        return false;
+    char ip[64];
+    tn_addr_peer_ip(s->remote, ip, sizeof(ip));
+    s->areq.data = s;
+    s->authing = true;
+    if (tn_nsqauth_check(s->ws->o.auth, &s->areq, ip, false, "", s->secret, strlen(s->secret),
+                         on_recheck) != 0) {
+        s->authing = false;
+        fail_soon(s, "E_AUTH_OVERLOADED", "cannot start the auth check");
+    }
+    return false;
+}
+
+/* Keep the secret of s's check, for auth_current; false when out of memory. */
+static bool keep_secret(session_t *s, const char *secret, size_t len)
+{
+    tn_free(s->secret);
+    s->secret = tn_malloc(len + 1);
+    if (s->secret == NULL)
+        return false;
+    memcpy(s->secret, secret, len);
+    s->secret[len] = '\0';
+    return true;
+}
+
 static void on_frame_auth(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *authz)
 {
     session_t *s = req->data;
@@ -668,6 +732,10 @@ static void on_auth_frame(session_t *s, const struct wslay_event_on_msg_recv_arg
     }
     if (s->authing || s->ws->o.auth == NULL) {
         session_fail(s, "E_BAD_AUTH", "unexpected auth control frame");
+        return;
+    }
+    if (!keep_secret(s, secret, strlen(secret))) {
+        session_fail(s, "E_INTERNAL", "out of memory");
         return;
     }
     char ip[64];
@@ -1023,6 +1091,11 @@ static void handle_ws(tn_http_request_t *r, void *arg)
     }
     memcpy(s->accept, accept, sizeof(accept));
     if (ws->o.auth != NULL && authz != NULL) {
+        if (!keep_secret(s, authz->base + bl, authz->len - bl)) {
+            answer(r, 503, "E_INTERNAL", "out of memory", NULL);
+            session_end(s);
+            return;
+        }
         char ip[64];
         tn_addr_peer_ip(r->remote, ip, sizeof(ip));
         s->req = r;

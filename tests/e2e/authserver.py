@@ -1,5 +1,7 @@
 """An nsqauthd stand-in for the end-to-end tests: its answer depends on
-the secret (all, pub-only, short, none, deny; anything else is a 500)."""
+the secret (all, pub-only, short, none, deny, revocable; anything else is
+a 500). revocable grants what all grants, for 1 s, until the test adds it
+to revoked; from then on it grants nothing."""
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -11,6 +13,7 @@ class AuthServer:
 
     def __init__(self):
         self.hits = []
+        self.revoked = set()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -33,12 +36,14 @@ class AuthServer:
                                   "permissions": ["publish"]}],
                     "short": [{"topic": ".*", "channels": [".*"], "permissions": ["publish"]}],
                     "none": [],
+                    "revocable": [] if secret in outer.revoked else
+                    [{"topic": ".*", "channels": [".*"], "permissions": ["subscribe"]}],
                 }.get(secret)
                 if grants is None:
                     self.send_response(500)
                     self.end_headers()
                     return
-                body = json.dumps({"ttl": 1 if secret == "short" else 3600,
+                body = json.dumps({"ttl": 1 if secret in ("short", "revocable") else 3600,
                                    "identity": f"user-{secret}",
                                    "identity_url": "http://example.invalid/u",
                                    "authorizations": grants}).encode()

@@ -3,8 +3,8 @@
 the handshake and every refusal in its order, the ready boundary, binary
 frames and their header, no replay, pings both ways, the heartbeat,
 client data frames, topic deletion and pause, shutdown, capacity, the
-frame budget and write deadline, AUTH by header and by control frame, and
-the metrics."""
+frame budget and write deadline, AUTH by header and by control frame (and
+again when its grants expire), and the metrics."""
 import argparse
 import base64
 import http.client
@@ -448,6 +448,33 @@ class Auth(Base):
         _, status = w.expect_error("E_AUTH_TIMEOUT")
         self.assertEqual(status, 1008)
         w.wait_closed()
+
+    def test_expired_grants_are_checked_again(self):
+        # The grants hold for the auth server's ttl (1 s here): once they
+        # ran out, no frame leaves before the secret is checked again, and
+        # a secret that no longer permits the topic ends the feed.
+        t = self.topic()
+        for how in ("header", "frame"):
+            with self.subTest(how=how):
+                self.auth.revoked.discard("revocable")
+                time.sleep(1.2)  # the denial cached for its ttl is gone
+                if how == "header":
+                    w, _ = self.ready(t, headers={"Authorization": "Bearer revocable"})
+                else:
+                    w = self.ws(t)
+                    self.assertEqual(w.recv_json(), {"type": "auth_required"})
+                    w.send_json({"type": "auth", "secret": "revocable"})
+                    self.assertEqual(w.recv_json()["type"], "ready")
+                time.sleep(1.2)  # expired, still granted: checked again, sent
+                self.pub(t, b"still granted")
+                self.assertEqual(w.recv_message().body, b"still granted")
+                self.auth.revoked.add("revocable")
+                time.sleep(1.2)
+                self.pub(t, b"after the revocation")
+                w.sock.settimeout(10)
+                _, status = w.expect_error("E_UNAUTHORIZED")
+                self.assertEqual(status, 1008)
+                w.wait_closed()
 
     def test_bearer_header(self):
         t = self.topic()
