@@ -397,6 +397,28 @@ static int h_key(void *c, const unsigned char *k, size_t n)
     return h_other(c);
 }
 
+/* A handle as kept: whole characters up to TN_HANDLE_MAX - 1 bytes (the
+ * body is valid UTF-8, so its echo in the answer stays so), a NUL shown
+ * as U+FFFD, so that a handle holding one is malformed rather than read
+ * as the part before it. */
+static void keep_handle(char out[TN_HANDLE_MAX], const unsigned char *s, size_t n)
+{
+    static const char repl[] = "\xEF\xBF\xBD";
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char ch = s[i];
+        size_t len = ch < 0x80 ? 1 : ch >= 0xF0 ? 4 : ch >= 0xE0 ? 3 : 2;
+        const char *from = ch == 0 ? repl : (const char *)s + i;
+        size_t w = ch == 0 ? sizeof(repl) - 1 : len;
+        if (i + len > n || k + w > TN_HANDLE_MAX - 1)
+            break;
+        memcpy(out + k, from, w);
+        k += w;
+        i += len;
+    }
+    out[k] = '\0';
+}
+
 static int h_string(void *c, const unsigned char *s, size_t n)
 {
     hctx_t *x = c;
@@ -407,8 +429,7 @@ static int h_string(void *c, const unsigned char *s, size_t n)
                  x->max);
         return 0;
     }
-    snprintf(x->handles[x->n++], TN_HANDLE_MAX, "%.*s", (int)TN_MIN(n, (size_t)TN_HANDLE_MAX - 1),
-             s);
+    keep_handle(x->handles[x->n++], s, n);
     return 1;
 }
 

@@ -51,9 +51,10 @@ void tn_batch_fini(tn_batch_t *b);
 #define TN_HANDLE_MAX 64 /* longest receipt handle kept */
 
 /* Decode a batch ack body of at most max handles into handles (each
- * NUL-terminated; a string longer than TN_HANDLE_MAX - 1 is kept cut short,
- * which no valid handle is). 0 with *n set, UV_EINVAL with err, or
- * UV_ENOMEM. */
+ * NUL-terminated; a string longer than TN_HANDLE_MAX - 1 bytes is kept cut
+ * short between characters, which no valid handle is, and a NUL in one is
+ * kept as U+FFFD, so it is no valid handle either). 0 with *n set,
+ * UV_EINVAL with err, or UV_ENOMEM. */
 int tn_batch_handles(const char *body, size_t len, uint32_t max, char (*handles)[TN_HANDLE_MAX],
                      uint32_t *n, char *err, size_t errlen);
 

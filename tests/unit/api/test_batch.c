@@ -7,6 +7,7 @@
 
 #include "api/batch.h"
 #include "api/consume.h"
+#include "core/buf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,34 @@ static void test_handles(void **state)
                          UV_EINVAL);
 }
 
+/* A handle is kept as text that reads as no other handle and echoes as
+ * valid UTF-8: one holding a NUL is not the part before it, one cut at
+ * the length kept is cut between characters. */
+static void test_handles_kept_safely(void **state)
+{
+    (void)state;
+    char h[4][TN_HANDLE_MAX];
+    uint32_t n = 0;
+    char err[96];
+    const char *body = "[\"0:5:7\\u0000junk\", \"\\u0000\"]";
+    assert_int_equal(tn_batch_handles(body, strlen(body), 4, h, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 2);
+    uint32_t p, nonce;
+    uint64_t off;
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_not_equal(tn_receipt_parse(h[i], strlen(h[i]), &p, &off, &nonce), 0);
+    assert_string_equal(h[0], "0:5:7\xEF\xBF\xBDjunk"); /* NUL shown as U+FFFD */
+    /* 40 two-byte characters: 80 bytes, cut to whole characters. */
+    char big[128] = "[\"";
+    for (int i = 0; i < 40; i++)
+        strcat(big, "\xC3\xA9");
+    strcat(big, "\"]");
+    assert_int_equal(tn_batch_handles(big, strlen(big), 4, h, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 1);
+    assert_true(strlen(h[0]) % 2 == 0 && strlen(h[0]) >= TN_HANDLE_MAX - 2);
+    assert_true(tn_utf8_valid(h[0], strlen(h[0])));
+}
+
 static void test_receipt_parse(void **state)
 {
     (void)state;
@@ -134,9 +163,8 @@ static void test_receipt_parse(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shapes),
-        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_handles),
+        cmocka_unit_test(test_shapes),        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_handles),       cmocka_unit_test(test_handles_kept_safely),
         cmocka_unit_test(test_receipt_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
