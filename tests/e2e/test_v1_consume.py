@@ -187,6 +187,14 @@ class Consume(Helpers):
         self.assertNotIn("receipt_handle", m)
         self.assertEqual(self.consume(t, "?partition=1&offset=2")[0], 204)
         self.assertEqual(self.consume(t, "?partition=0&offset=0")[0], 204)
+        # A number that is not one as sent is refused, not read as another:
+        # past int64 (not the largest offset), with a space or a sign before it.
+        for q in ("?partition=1&offset=99999999999999999999",
+                  "?partition=1&offset=18446744073709551617", "?partition=1&offset=%201",
+                  "?partition=%201&offset=1", "?partition=1&offset=1%20",
+                  "?partition=1&offset=%2B1", "?partition=99999999999999999999&offset=1"):
+            status, body = self.consume(t, q)
+            self.assertEqual(status, 400, (q, body))
         status, body = self.consume(t, "?offset=0")
         self.assertEqual((status, body["error"]), (400, "partition required for replay-mode consume"))
         # The queue did not move.

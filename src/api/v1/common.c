@@ -392,10 +392,14 @@ int tn__v1_query_int(const tn_http_request_t *r, const char *name, int64_t *out)
         return 0;
     if (rc != 1 || buf[0] == '\0')
         return -1;
-    char *end;
-    long long x = strtoll(buf, &end, 10);
-    if (*end != '\0' || x < 0 || buf[0] == '-' || buf[0] == '+')
-        return -1;
+    /* Decimal digits only, and at most INT64_MAX: strtoll would skip
+     * spaces, take a sign and saturate, reading another number. */
+    int64_t x = 0;
+    for (const char *p = buf; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9' || x > (INT64_MAX - (*p - '0')) / 10)
+            return -1;
+        x = x * 10 + (*p - '0');
+    }
     *out = x;
     return 1;
 }

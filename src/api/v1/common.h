@@ -82,8 +82,9 @@ const tn_meta_topic_entry_t *tn__v1_path_topic(tn_v1_t *v, tn_http_request_t *r,
                                                char topic[TN_NAME_MAX + 1]);
 /* The path's {p}, a partition of e, into *out; false after answering 404. */
 bool tn__v1_path_partition(tn_http_request_t *r, const tn_meta_topic_entry_t *e, uint32_t *out);
-/* A query parameter that must be a non-negative integer when present:
- * 1 (value set), 0 (absent) or -1 (malformed). Readers of /v1 query
+/* A query parameter that must be a non-negative integer when present
+ * (decimal digits, at most INT64_MAX): 1 (value set), 0 (absent) or -1
+ * (malformed). Readers of /v1 query
  * parameters may take the first value: a name given twice never reaches
  * a route (the /v1 guard answers 400). */
 int tn__v1_query_int(const tn_http_request_t *r, const char *name, int64_t *out);
