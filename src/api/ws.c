@@ -642,10 +642,24 @@ static void on_recheck(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *
         uv_timer_start(&s->deadline, on_deadline, 0, 0); /* try_send, from the timer */
 }
 
-/* Whether s's grants are current; when they expired, a check of its secret
- * starts (on_recheck, maybe before this returns). */
+/* Whether s may be sent its topic's messages now. Without AUTH: while
+ * the topic has no owner (one given an owner since the handshake ends
+ * the feed, as the handshake would refuse it). With AUTH: while its
+ * grants are current; when they expired, a check of its secret starts
+ * (on_recheck, maybe before this returns). */
 static bool auth_current(session_t *s)
 {
+    tn_ws_t *ws = s->ws;
+    if (ws->o.auth == NULL) {
+        if (ws->o.is_protected == NULL || !ws->o.is_protected(ws->o.protected_arg, s->topic))
+            return true;
+        if (s->fail_code == NULL)
+            ws->st.auth_failures++;
+        fail_soon(s, "E_UNAUTHORIZED",
+                  "the topic is protected now (it was given an owner) and the feed has no NSQ "
+                  "auth configured");
+        return false;
+    }
     if (s->authz == NULL || s->secret == NULL || s->authz->expires_ms > tn_now_mono_ms())
         return true;
     if (s->authing)
@@ -654,7 +668,7 @@ static bool auth_current(session_t *s)
     tn_addr_peer_ip(s->remote, ip, sizeof(ip));
     s->areq.data = s;
     s->authing = true;
-    if (tn_nsqauth_check(s->ws->o.auth, &s->areq, ip, false, "", s->secret, strlen(s->secret),
+    if (tn_nsqauth_check(ws->o.auth, &s->areq, ip, false, "", s->secret, strlen(s->secret),
                          on_recheck) != 0) {
         s->authing = false;
         fail_soon(s, "E_AUTH_OVERLOADED", "cannot start the auth check");

@@ -297,6 +297,23 @@ class Feed(Base):
         self.assertEqual(status, 1012)
         w.wait_closed()
 
+    def test_a_topic_given_an_owner_closes_open_feeds(self):
+        # Without NSQ auth the feed serves only topics without an owner: one
+        # given an owner while feeds are open ends them, as it refuses new
+        # ones, before its next message goes out.
+        t = self.topic()
+        w, _ = self.ready(t)
+        self.pub(t, b"open")
+        self.assertEqual(w.recv_message().body, b"open")
+        status, body = self.request("PATCH", f"/v1/topics/{t}", b'{"owner":"admin"}',
+                                    dict(ADMIN, **{"Content-Type": "application/json"}))
+        self.assertEqual(status, 200, body)
+        self.assertEqual(self.request("POST", f"/pub?topic={t}", b"owned", ADMIN), (200, b"OK"))
+        _, status = w.expect_error("E_UNAUTHORIZED")
+        self.assertEqual(status, 1008)
+        w.wait_closed()
+        self.refused(f"/v1/ws/topics/{t}", 403, "E_UNAUTHORIZED")
+
     def test_paused_topic_sends_nothing_until_unpaused(self):
         t = self.topic()
         w, _ = self.ready(t)
