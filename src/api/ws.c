@@ -619,6 +619,22 @@ static const char *auth_detail(const char *code)
     return "the auth server refused the secret or did not answer";
 }
 
+/* An auth check of s ended: NULL when it permits the topic (authz is
+ * then s's, in place of what it had), else the error code (authz let go,
+ * *status the handshake's answer). */
+static const char *take_authz(session_t *s, tn_auth_result_t result, tn_authz_t *authz, int *status)
+{
+    s->authing = false;
+    const char *code = auth_error(s, result, authz, status);
+    if (code != NULL) {
+        tn_authz_unref(authz);
+        return code;
+    }
+    tn_authz_unref(s->authz);
+    s->authz = authz;
+    return NULL;
+}
+
 /* Grants expire (the auth server's ttl; 60 s for tern's users): a feed
  * sends no frame on expired grants. The secret is checked again, and the
  * held frame goes when the answer still permits the topic; a secret
@@ -628,16 +644,12 @@ static const char *auth_detail(const char *code)
 static void on_recheck(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *authz)
 {
     session_t *s = req->data;
-    s->authing = false;
     int status = 0;
-    const char *code = auth_error(s, result, authz, &status);
+    const char *code = take_authz(s, result, authz, &status);
     if (code != NULL) {
-        tn_authz_unref(authz);
         fail_soon(s, code, auth_detail(code)); /* maybe inside the engine's callback */
         return;
     }
-    tn_authz_unref(s->authz);
-    s->authz = authz;
     if (s->held && !s->inflight)
         uv_timer_start(&s->deadline, on_deadline, 0, 0); /* try_send, from the timer */
 }
@@ -691,16 +703,12 @@ static bool keep_secret(session_t *s, const char *secret, size_t len)
 static void on_frame_auth(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *authz)
 {
     session_t *s = req->data;
-    s->authing = false;
     int status = 0;
-    const char *code = auth_error(s, result, authz, &status);
+    const char *code = take_authz(s, result, authz, &status);
     if (code != NULL) {
-        tn_authz_unref(authz);
         session_fail(s, code, auth_detail(code));
         return;
     }
-    tn_authz_unref(s->authz);
-    s->authz = authz;
     go_ready(s);
 }
 
@@ -955,19 +963,16 @@ static void upgrade(session_t *s, tn_http_request_t *r)
 static void on_header_auth(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *authz)
 {
     session_t *s = req->data;
-    s->authing = false;
     tn_http_request_t *r = s->req;
     int status = 0;
-    const char *code = auth_error(s, result, authz, &status);
+    const char *code = take_authz(s, result, authz, &status);
     if (code != NULL) {
-        tn_authz_unref(authz);
         s->req = NULL;
         r->on_cancel = NULL;
         answer(r, status, code, auth_detail(code), NULL);
         session_end(s);
         return;
     }
-    s->authz = authz;
     r->on_cancel = NULL;
     upgrade(s, r);
 }
