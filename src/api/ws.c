@@ -571,8 +571,8 @@ static void go_ready(session_t *s)
         return;
     }
     char chname[96];
-    int n = snprintf(chname, sizeof(chname), "ws.%" PRId64 ".%" PRIu64 "#ephemeral", ws->o.node_id,
-                     s->id);
+    int n = snprintf(chname, sizeof(chname),
+                     TN_NAME_FEED_PREFIX "%" PRId64 ".%" PRIu64 "#ephemeral", ws->o.node_id, s->id);
     tn_channel_t *ch = NULL;
     rc = tn_topic_channel(t, chname, (size_t)n, true, NULL, &ch);
     if (rc != 0) {

@@ -33,6 +33,29 @@ bool tn_name_valid_any(const char *s, size_t len)
     return tn_name_valid(s, tn_name_ephemeral(s, len) ? len - TN_NAME_EPHEMERAL_LEN : len);
 }
 
+/* Whether s[*at..len) starts with one or more decimal digits and then
+ * sep; *at moves past sep. */
+static bool digits_then(const char *s, size_t len, size_t *at, char sep)
+{
+    size_t i = *at;
+    while (i < len && s[i] >= '0' && s[i] <= '9')
+        i++;
+    if (i == *at || i == len || s[i] != sep)
+        return false;
+    *at = i + 1;
+    return true;
+}
+
+bool tn_name_feed_channel(const char *s, size_t len)
+{
+    size_t k = sizeof(TN_NAME_FEED_PREFIX) - 1;
+    if (!tn_name_ephemeral(s, len) || len < k || memcmp(s, TN_NAME_FEED_PREFIX, k) != 0)
+        return false;
+    size_t at = k;
+    return digits_then(s, len, &at, '.') && digits_then(s, len, &at, '#') &&
+           at == len - TN_NAME_EPHEMERAL_LEN + 1;
+}
+
 bool tn_name_link_channel(const char *s, size_t len)
 {
     if (len != TN_NAME_LINK_PREFIX_LEN + 16 ||

@@ -38,4 +38,14 @@ bool tn_name_valid_any(const char *s, size_t len);
 /* Whether s (len bytes, borrowed) names a link's channel. */
 bool tn_name_link_channel(const char *s, size_t len);
 
+/* The channel of a live WebSocket feed's connection (api/ws.c):
+ * "ws.<node id>.<subscription id>#ephemeral", decimal. It is that
+ * connection's alone (every connection gets every message): NSQ SUB
+ * refuses it, so no client takes the feed's messages from under it. */
+#define TN_NAME_FEED_PREFIX "ws."
+/* The doors' refusal, after "channel <name> ". */
+#define TN_NAME_FEED_REFUSED "belongs to a live WebSocket feed's connection"
+/* Whether s (len bytes, borrowed) names a feed's channel. */
+bool tn_name_feed_channel(const char *s, size_t len);
+
 #endif

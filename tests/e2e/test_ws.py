@@ -8,6 +8,7 @@ again when its grants expire), and the metrics."""
 import argparse
 import base64
 import http.client
+import json
 import os
 import shutil
 import socket
@@ -21,6 +22,7 @@ import uuid
 import daemon as daemon_mod
 from authserver import AuthServer
 from daemon import Daemon
+from nsqwire import Conn
 from wsclient import BINARY, CLOSE, PING, PONG, TEXT, WS, Closed, HandshakeError
 
 ORIGIN = "https://app.example.com"
@@ -313,6 +315,28 @@ class Feed(Base):
         self.assertEqual(status, 1008)
         w.wait_closed()
         self.refused(f"/v1/ws/topics/{t}", 403, "E_UNAUTHORIZED")
+
+    def test_nsq_cannot_join_a_feeds_channel(self):
+        # A feed's channel (listed in /stats) is its connection's alone: an
+        # NSQ SUB to it would take every other message of the feed.
+        t = self.topic()
+        w, r = self.ready(t)
+        _, body = self.request("GET", f"/stats?format=json&topic={t}")
+        chans = [c["channel_name"] for c in json.loads(body)["topics"][0]["channels"]]
+        self.assertEqual(len(chans), 1, chans)
+        self.assertTrue(chans[0].startswith("ws.") and chans[0].endswith(
+            f".{r['subscription_id']}#ephemeral"), chans)
+        c = Conn(self.d.tcp_port)
+        try:
+            c.identify()
+            kind, data = c.sub(t, chans[0])
+            self.assertIn(b"E_BAD_CHANNEL", data)
+        finally:
+            c.close()
+        for i in range(4):
+            self.pub(t, b"m%d" % i)
+        self.assertEqual([w.recv_message().body for _ in range(4)], [b"m0", b"m1", b"m2", b"m3"])
+        w.close()
 
     def test_paused_topic_sends_nothing_until_unpaused(self):
         t = self.topic()

@@ -289,6 +289,9 @@ int tn_nsq_parse(const char *buf, size_t len, const tn_nsq_limits_t *lim, tn_nsq
         if (tn_name_link_channel(cmd->channel.base, cmd->channel.len))
             return fail(cmd, TN_NSQ_E_BAD_CHANNEL, "SUB channel name %.*s " TN_NAME_LINK_REFUSED,
                         (int)cmd->channel.len, cmd->channel.base);
+        if (tn_name_feed_channel(cmd->channel.base, cmd->channel.len))
+            return fail(cmd, TN_NSQ_E_BAD_CHANNEL, "SUB channel name %.*s " TN_NAME_FEED_REFUSED,
+                        (int)cmd->channel.len, cmd->channel.base);
         break;
     case TN_NSQ_PUB:
     case TN_NSQ_MPUB:

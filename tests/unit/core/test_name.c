@@ -25,10 +25,32 @@ static void test_rule(void **state)
     assert_false(tn_name_valid(longname, TN_NAME_MAX + 1));
 }
 
+static void test_feed_channel(void **state)
+{
+    (void)state;
+    const char *yes[] = {"ws.1.7#ephemeral", "ws.0.123456789#ephemeral"};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(yes); i++)
+        assert_true(tn_name_feed_channel(yes[i], strlen(yes[i])));
+    const char *no[] = {"ws.1.7",
+                        "ws..7#ephemeral",
+                        "ws.1.#ephemeral",
+                        "ws.1#ephemeral",
+                        "ws.a.7#ephemeral",
+                        "wx.1.7#ephemeral",
+                        "ws.1.7.8#ephemeral",
+                        "ws.1.7#ephemeralx",
+                        "ws.-1.7#ephemeral",
+                        "#ephemeral",
+                        ""};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(no); i++)
+        assert_false(tn_name_feed_channel(no[i], strlen(no[i])));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rule),
+        cmocka_unit_test(test_feed_channel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
