@@ -479,12 +479,24 @@ static void on_timer(uv_timer_t *h)
     arm(cs);
 }
 
+/* p's asker left before its answer: what a batch took goes back at once
+ * (not at the end of its leases), and p goes. */
+static void abandon(poll_t *p)
+{
+    p->pk = NULL;
+    if (p->lane != NULL && p->taken != NULL) {
+        for (uint32_t i = 0; i < p->got; i++)
+            (void)tn_consumer_req(&p->lane->c, p->taken[i].partition, p->taken[i].offset, true,
+                                  p->taken[i].nonce, 0);
+    }
+    poll_free(p);
+}
+
 static void on_cancel(tn_http_request_t *r)
 {
     poll_t *p = r->data;
     p->http.r = NULL;
-    p->pk = NULL;
-    poll_free(p);
+    abandon(p);
 }
 
 void tn_consume_parked_cancel(tn_consume_parked_t *pk)
@@ -493,13 +505,7 @@ void tn_consume_parked_cancel(tn_consume_parked_t *pk)
     if (p == NULL)
         return;
     pk->priv = NULL;
-    p->pk = NULL;
-    if (p->lane != NULL && p->taken != NULL) {
-        for (uint32_t i = 0; i < p->got; i++)
-            (void)tn_consumer_req(&p->lane->c, p->taken[i].partition, p->taken[i].offset, true,
-                                  p->taken[i].nonce, 0);
-    }
-    poll_free(p);
+    abandon(p);
 }
 
 /* The channel is ready: join the lane and wait. */

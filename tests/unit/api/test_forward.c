@@ -27,6 +27,7 @@
 #include "core/err.h"
 #include "core/time.h"
 #include "meta/meta.h"
+#include "proto/http/server.h"
 #include "queue/queue.h"
 
 #include <stdio.h>
@@ -458,6 +459,48 @@ static void test_cancelled_batch_gives_back(void **state)
     ffx_free(f);
 }
 
+/* The same for a batch of an HTTP client that left in that moment (its
+ * request's cancel, which answers nothing). */
+static void test_cancelled_http_batch_gives_back(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    put_topic(f, "t", 1);
+    publish(f, "t", 0, "one");
+    publish(f, "t", 0, "two");
+    tn_consume_args_t a;
+    memset(&a, 0, sizeof(a));
+    snprintf(a.topic, sizeof(a.topic), "t");
+    snprintf(a.channel, sizeof(a.channel), "default");
+    a.partitions = 1;
+    a.visibility_ms = 30000;
+    a.wait_ms = 8000;
+    a.max = 5;
+    a.ident = "";
+    tn_http_request_t *r = calloc(1, sizeof(*r)); /* never answered: cancelled first */
+    tn_consume_start(f->v.consume, r, &a);
+    int64_t deadline = tn_now_mono_ms() + 20000;
+    while (f->b->inflight_msgs < 2 && tn_now_mono_ms() < deadline)
+        uv_run(f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(f->b->inflight_msgs, 2); /* both leased to the batch */
+    assert_non_null(r->on_cancel);
+    r->on_cancel(r);
+    assert_int_equal(f->b->inflight_msgs, 0); /* both back at once */
+    free(r);
+    run_for(f, 100);
+    parked_t q;
+    memset(&q, 0, sizeof(q));
+    q.pk.answer = on_parked;
+    q.pk.data = &q;
+    a.wait_ms = 0;
+    tn_consume_start_parked(f->v.consume, &q.pk, &a);
+    assert_true(tu_run_loop(f->loop, tu_is_true, &q.answered));
+    assert_int_equal(q.status, 200);
+    assert_non_null(strstr(q.body, "\"payload\":\"one\""));
+    assert_non_null(strstr(q.body, "\"payload\":\"two\""));
+    ffx_free(f);
+}
+
 /* The router's placement answers, as the door asks them. */
 static void test_where(void **state)
 {
@@ -789,6 +832,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_long_poll_and_cancel),
         cmocka_unit_test(test_cancelled_batch_gives_back),
+        cmocka_unit_test(test_cancelled_http_batch_gives_back),
         cmocka_unit_test(test_where),
         cmocka_unit_test(test_reply_crossing_cancel_is_nacked),
         cmocka_unit_test(test_crossing_cancels_in_any_order),
