@@ -409,53 +409,76 @@ static void on_parked(tn_consume_parked_t *pk, int status, const char *body, siz
     q->body[n] = '\0';
 }
 
-/* A batch cancelled after it took messages and before its answer gives
- * them back at once: the next consume has them (a second attempt), not
- * after the visibility timeout. */
-static void test_cancelled_batch_gives_back(void **state)
+/* The cancelled-batch tests' set-up: topic t with two messages, and a's
+ * batch of up to 5 from it, waiting up to 8 s. */
+static ffx_t *two_ready(tn_consume_args_t *a)
 {
-    (void)state;
     ffx_t *f = ffx_new();
     put_topic(f, "t", 1);
     publish(f, "t", 0, "one");
     publish(f, "t", 0, "two");
-    tn_consume_args_t a;
-    memset(&a, 0, sizeof(a));
-    snprintf(a.topic, sizeof(a.topic), "t");
-    snprintf(a.channel, sizeof(a.channel), "default");
-    a.partitions = 1;
-    a.visibility_ms = 30000;
-    a.wait_ms = 8000;
-    a.max = 5;
-    a.ident = "";
+    memset(a, 0, sizeof(*a));
+    snprintf(a->topic, sizeof(a->topic), "t");
+    snprintf(a->channel, sizeof(a->channel), "default");
+    a->partitions = 1;
+    a->visibility_ms = 30000;
+    a->wait_ms = 8000;
+    a->max = 5;
+    a->ident = "";
+    return f;
+}
+
+/* Run the loop until both messages are leased (or *answered, when not
+ * NULL, holds): the engine's pump (an idle handle) hands the ready
+ * messages to the batch in one loop turn; its answer waits for the next
+ * turn's timers. */
+static void until_both_leased(ffx_t *f, const bool *answered)
+{
+    int64_t deadline = tn_now_mono_ms() + 20000;
+    while (f->b->inflight_msgs < 2 && (answered == NULL || !*answered) &&
+           tn_now_mono_ms() < deadline)
+        uv_run(f->loop, UV_RUN_NOWAIT);       /* the channel being made, then the pump */
+    assert_int_equal(f->b->inflight_msgs, 2); /* both leased to the batch */
+}
+
+/* The next consume (a's, without a wait) has both messages again, each on
+ * its second attempt. */
+static void expect_both_again(ffx_t *f, tn_consume_args_t *a)
+{
     parked_t q;
     memset(&q, 0, sizeof(q));
     q.pk.answer = on_parked;
     q.pk.data = &q;
-    /* The engine's pump (an idle handle) hands the ready messages to the
-     * batch in this loop turn; its answer waits for the next turn's
-     * timers. */
-    tn_consume_start_parked(f->v.consume, &q.pk, &a);
-    int64_t deadline = tn_now_mono_ms() + 20000;
-    while (f->b->inflight_msgs < 2 && !q.answered && tn_now_mono_ms() < deadline)
-        uv_run(f->loop, UV_RUN_NOWAIT); /* the channel being made, then the pump */
-    assert_false(q.answered);
-    assert_int_equal(f->b->inflight_msgs, 2); /* both leased to the batch */
-    tn_consume_parked_cancel(&q.pk);
-    assert_int_equal(f->b->inflight_msgs, 0); /* both back at once */
-    run_for(f, 100);
-    assert_false(q.answered);
-    memset(&q, 0, sizeof(q));
-    q.pk.answer = on_parked;
-    q.pk.data = &q;
-    a.wait_ms = 0;
-    tn_consume_start_parked(f->v.consume, &q.pk, &a);
+    a->wait_ms = 0;
+    tn_consume_start_parked(f->v.consume, &q.pk, a);
     assert_true(tu_run_loop(f->loop, tu_is_true, &q.answered));
     assert_int_equal(q.status, 200);
     assert_non_null(strstr(q.body, "\"payload\":\"one\""));
     assert_non_null(strstr(q.body, "\"payload\":\"two\""));
     assert_null(strstr(q.body, "\"attempts\":1"));
     assert_non_null(strstr(q.body, "\"attempts\":2"));
+}
+
+/* A batch cancelled after it took messages and before its answer gives
+ * them back at once: the next consume has them (a second attempt), not
+ * after the visibility timeout. */
+static void test_cancelled_batch_gives_back(void **state)
+{
+    (void)state;
+    tn_consume_args_t a;
+    ffx_t *f = two_ready(&a);
+    parked_t q;
+    memset(&q, 0, sizeof(q));
+    q.pk.answer = on_parked;
+    q.pk.data = &q;
+    tn_consume_start_parked(f->v.consume, &q.pk, &a);
+    until_both_leased(f, &q.answered);
+    assert_false(q.answered);
+    tn_consume_parked_cancel(&q.pk);
+    assert_int_equal(f->b->inflight_msgs, 0); /* both back at once */
+    run_for(f, 100);
+    assert_false(q.answered);
+    expect_both_again(f, &a);
     ffx_free(f);
 }
 
@@ -464,40 +487,17 @@ static void test_cancelled_batch_gives_back(void **state)
 static void test_cancelled_http_batch_gives_back(void **state)
 {
     (void)state;
-    ffx_t *f = ffx_new();
-    put_topic(f, "t", 1);
-    publish(f, "t", 0, "one");
-    publish(f, "t", 0, "two");
     tn_consume_args_t a;
-    memset(&a, 0, sizeof(a));
-    snprintf(a.topic, sizeof(a.topic), "t");
-    snprintf(a.channel, sizeof(a.channel), "default");
-    a.partitions = 1;
-    a.visibility_ms = 30000;
-    a.wait_ms = 8000;
-    a.max = 5;
-    a.ident = "";
+    ffx_t *f = two_ready(&a);
     tn_http_request_t *r = calloc(1, sizeof(*r)); /* never answered: cancelled first */
     tn_consume_start(f->v.consume, r, &a);
-    int64_t deadline = tn_now_mono_ms() + 20000;
-    while (f->b->inflight_msgs < 2 && tn_now_mono_ms() < deadline)
-        uv_run(f->loop, UV_RUN_NOWAIT);
-    assert_int_equal(f->b->inflight_msgs, 2); /* both leased to the batch */
+    until_both_leased(f, NULL);
     assert_non_null(r->on_cancel);
     r->on_cancel(r);
     assert_int_equal(f->b->inflight_msgs, 0); /* both back at once */
     free(r);
     run_for(f, 100);
-    parked_t q;
-    memset(&q, 0, sizeof(q));
-    q.pk.answer = on_parked;
-    q.pk.data = &q;
-    a.wait_ms = 0;
-    tn_consume_start_parked(f->v.consume, &q.pk, &a);
-    assert_true(tu_run_loop(f->loop, tu_is_true, &q.answered));
-    assert_int_equal(q.status, 200);
-    assert_non_null(strstr(q.body, "\"payload\":\"one\""));
-    assert_non_null(strstr(q.body, "\"payload\":\"two\""));
+    expect_both_again(f, &a);
     ffx_free(f);
 }
 
