@@ -233,6 +233,34 @@ class OpenDoors(Base):
         self.assertEqual((st, json.loads(body)["payload"]), (200, {"n": 2}), body)
 
 
+    def test_a_topic_given_an_owner_ends_its_anonymous_consumers(self):
+        # A consumer SUB'd while the topic was open ends with
+        # E_UNAUTHORIZED before its next message once the topic has an
+        # owner (SUB would be refused then); its messages in flight go
+        # back to the channel.
+        t = fresh("open")
+        c = self.conn()
+        self.assertEqual(c.sub(t, "ch"), (FRAME_RESPONSE, b"OK"))
+        c.rdy(10)
+        self.assertEqual(self.request("POST", f"/pub?topic={t}", b"open")[0], 200)
+        self.assertEqual(c.read_message().body, b"open")  # left in flight
+        st, _, body = self.request("PATCH", f"/v1/topics/{t}", b'{"owner":"admin"}',
+                                   dict(ADMIN, **JSON))
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.request("POST", f"/pub?topic={t}", b"owned", ADMIN)[0], 200)
+        kind, data = c.read_frame()
+        self.refused((kind, data))
+        self.assertIn(b"protected", data)
+        self.assertTrue(c.expect_closed())
+        got = []
+        for _ in range(2):
+            st, _, body = self.request("GET", f"/v1/topics/{t}/consume?channel=ch&wait=5s",
+                                       headers=ADMIN)
+            self.assertEqual(st, 200, body)
+            got.append(json.loads(body))
+        self.assertEqual(len(got), 2, got)
+
+
 class OpenFeed(Base):
     ARGS = ("--websocket-enabled",)
 

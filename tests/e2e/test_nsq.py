@@ -763,6 +763,38 @@ class Auth(Base):
         self.assertEqual(c.pub(fresh(), b"x"), (FRAME_RESPONSE, b"OK"))
         self.assertEqual(self.auth.count("short"), before + 1)
 
+    def test_a_consumer_whose_grants_went_is_closed(self):
+        # nsqd checks grants only on commands, so a SUB'd client keeps
+        # receiving; here expired grants (ttl 1 s) are checked again
+        # before the next message goes, and a secret that no longer
+        # permits the subscription ends the connection, its messages in
+        # flight back on the channel.
+        self.auth.revoked.discard("revocable")
+        time.sleep(1.2)  # a denial cached for its ttl is gone
+        c, (kind, _) = self.authed("revocable")
+        self.assertEqual(kind, FRAME_RESPONSE)
+        t = fresh()
+        self.assertEqual(c.sub(t, "ch"), (FRAME_RESPONSE, b"OK"))
+        c.rdy(10)
+        p, _ = self.authed("all")
+        time.sleep(1.2)  # expired, still granted: checked again, delivered
+        self.assertEqual(p.pub(t, b"still granted"), (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(c.read_message().body, b"still granted")  # left in flight
+        self.auth.revoked.add("revocable")
+        time.sleep(1.2)
+        self.assertEqual(p.pub(t, b"after the revocation"), (FRAME_RESPONSE, b"OK"))
+        kind, data = c.read_frame()
+        self.assertEqual(kind, FRAME_ERROR, data)
+        self.assertEqual(data, b'E_UNAUTHORIZED AUTH failed for SUB on "%s" "ch": the grants, '
+                               b'checked again once they expired, no longer permit it'
+                         % t.encode())
+        self.assertTrue(c.expect_closed())
+        d, _ = self.authed("all")
+        self.assertEqual(d.sub(t, "ch"), (FRAME_RESPONSE, b"OK"))
+        d.rdy(10)
+        self.assertEqual(sorted(d.read_message().body for _ in range(2)),
+                         [b"after the revocation", b"still granted"])
+
     def test_second_auth_is_invalid(self):
         c, _ = self.authed("all")
         c.cmd("AUTH", b"all")

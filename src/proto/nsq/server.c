@@ -105,6 +105,14 @@ struct conn_s { // NOLINT(clang-analyzer-optin.performance.Padding)
     size_t secret_len;
     tn_auth_req_t areq;
     bool authing;
+    /* A subscription's right to consume is checked again before its next
+     * message once its grants expired (or, without AUTH, when its topic
+     * was given an owner): deliveries pause, on_hb runs the check, and
+     * what was delivered meanwhile waits in unchecked, sent once the
+     * check permits it (dropped with the connection otherwise: its
+     * leases go back to the channel when the consumer detaches). */
+    bool recheck_due;
+    tn_buf_t unchecked;
 
     /* TLS, once negotiated */
     tn_tls_t *tls;
@@ -169,6 +177,7 @@ void tn_nsq_opts_from_config(tn_nsq_opts_t *o, const tn_config_t *cfg, const cha
 static void start_reading(conn_t *c);
 static void process(conn_t *c);
 static void arm_hb(conn_t *c);
+static void on_hb(uv_timer_t *t);
 static void feed_plain(conn_t *c, const char *data, size_t len);
 static void switch_compression(conn_t *c);
 static void tls_established(conn_t *c);
@@ -200,6 +209,7 @@ static void conn_unref(conn_t *c)
     tn_buf_fini(&c->wire);
     tn_buf_fini(&c->wbuf);
     tn_buf_fini(&c->tlsin);
+    tn_buf_fini(&c->unchecked);
     tn_tls_free(c->tls);
     tn_authz_unref(c->authz);
     tn_nsq_pubcount_free(c->pubs);
@@ -289,11 +299,11 @@ static size_t unsent(const conn_t *c)
            tn_buf_size(&c->wbuf);
 }
 
-/* The RDY the engine may use: the client's, but none after CLS or while
- * the server drains. */
+/* The RDY the engine may use: the client's, but none after CLS, while
+ * the server drains, or while the right to consume is checked again. */
 static uint32_t rdy_in_force(const conn_t *c)
 {
-    return c->cls || c->srv->draining ? 0 : c->rdy;
+    return c->cls || c->srv->draining || c->authing || c->recheck_due ? 0 : c->rdy;
 }
 
 /* Deliveries resume once the socket took what waited (on_written). */
@@ -442,18 +452,26 @@ static void send_error(conn_t *c, tn_nsq_err_t err, const char *text)
 
 /* --- deliveries -------------------------------------------------------------- */
 
+static bool consume_allowed(conn_t *c);
+
 static void on_deliver(tn_consumer_t *cons, const tn_delivery_t *d)
 {
     conn_t *c = cons->data;
+    /* Leased to c either way: a message held for the check goes if it
+     * permits (recheck). */
+    bool allowed = consume_allowed(c);
+    tn_buf_t *dst = allowed ? &c->out : &c->unchecked;
     char id[TN_NSQ_ID_LEN];
     tn_nsq_id_encode(d->partition, d->offset, id);
     unsigned char hdr[TN_NSQ_FRAME_HDR + TN_NSQ_MSG_HDR];
     tn_nsq_message_header(hdr, d->publish_ns, d->attempts, id, d->body->len);
-    if (tn_buf_append(&c->out, hdr, sizeof(hdr)) != 0 ||
-        tn_buf_append(&c->out, d->body->data, d->body->len) != 0) {
+    if (tn_buf_append(dst, hdr, sizeof(hdr)) != 0 ||
+        tn_buf_append(dst, d->body->data, d->body->len) != 0) {
         conn_close(c);
         return;
     }
+    if (!allowed)
+        return;
     /* nsqd flushes at once when the client's RDY count is reached, or
      * when buffering is off; otherwise after output_buffer_timeout. */
     bool full = c->opts.output_buffer_size == 0 ||
@@ -814,13 +832,30 @@ static void json_str(tn_buf_t *out, const char *s)
     tn_buf_append(out, "\"", 1);
 }
 
+static void consume_checked(conn_t *c);
+static void refuse_consumer(conn_t *c, tn_nsq_err_t err, const char *text);
+static void sub_refused_text(const conn_t *c, char *text, size_t len);
+
 static void on_auth(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *authz)
 {
     conn_t *c = req->data;
     bool first = c->authz == NULL;
     c->authing = false;
     c->blocked = false;
+    if (c->subscribed &&
+        (result == TN_AUTH_NONE ||
+         (result == TN_AUTH_OK && !tn_authz_can_subscribe(authz, c->sub_topic, c->sub_channel)))) {
+        /* Checked again: no longer a right to its subscription. */
+        char text[640];
+        sub_refused_text(c, text, sizeof(text));
+        tn_authz_unref(authz);
+        refuse_consumer(c, TN_NSQ_E_UNAUTHORIZED, text);
+        conn_unref(c);
+        return;
+    }
     if (result != TN_AUTH_OK) {
+        if (c->subscribed)
+            tn_consumer_credit(&c->consumer, 0);
         if (result == TN_AUTH_NONE)
             send_error(c, TN_NSQ_E_UNAUTHORIZED, "AUTH no authorizations found");
         else if (result == TN_AUTH_DENIED)
@@ -853,6 +888,8 @@ static void on_auth(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *aut
             flush(c);
         tn_buf_fini(&body);
     }
+    if (c->subscribed && c->state != ST_CLOSED)
+        consume_checked(c);
     if (c->state != ST_CLOSED) {
         process(c);
         start_reading(c);
@@ -868,6 +905,8 @@ static void start_auth(conn_t *c)
     c->authing = true;
     c->blocked = true;
     c->refs++;
+    if (c->subscribed)
+        tn_consumer_credit(&c->consumer, 0); /* until the answer (rdy_in_force) */
     char ip[64];
     tn_addr_peer_ip(c->remote, ip, sizeof(ip));
     if (tn_nsqauth_check(c->srv->auth, &c->areq, ip, c->tls_done, c->common_name, c->secret,
@@ -909,9 +948,6 @@ static void handle_auth(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
     start_auth(c);
 }
 
-/* May this command run? With AUTH configured the connection's grants
- * decide; without, a protected topic is refused. 1 yes, 0 no (an error
- * went out), -1 not yet (the grants expired and are being renewed). */
 /* A parsed name as a C string, cut to fit as "%.*s" would be (a valid name
  * holds no NUL). Not snprintf: this runs for every PUB, where that was
  * ~600 instructions, a tenth of the loop's user time per message. */
@@ -922,6 +958,109 @@ static void copy_name(char *dst, size_t cap, tn_iov_t name)
     dst[n] = '\0';
 }
 
+/* Without AUTH: whether command name (SUB, PUB, ...) on topic is refused,
+ * the topic being protected; text then says so. */
+static bool open_refused(const conn_t *c, const char *name, const char *topic, char *text,
+                         size_t len)
+{
+    const tn_nsq_opts_t *o = &c->srv->opts;
+    if (o->is_protected == NULL || !o->is_protected(o->protected_arg, topic))
+        return false;
+    /* An open door cannot authenticate anyone: NSQ clients send AUTH
+     * only when the server asks for it, for every topic. */
+    snprintf(text, len,
+             "%s on \"%s\" refused: the topic is protected (it has an owner) and this "
+             "server's NSQ doors are open (no NSQ auth configured)",
+             name, topic);
+    return true;
+}
+
+/* --- a subscription's right, checked again ------------------------------------------ */
+
+/* Whether c's subscription must be checked before its next message: its
+ * grants expired, or (without AUTH) its topic is protected now. */
+static bool needs_recheck(const conn_t *c)
+{
+    if (c->srv->auth != NULL)
+        return c->authz->expires_ms <= tn_now_mono_ms();
+    char text[640];
+    return open_refused(c, "SUB", c->sub_topic, text, sizeof(text));
+}
+
+/* Whether a message may go to c now. When not, deliveries pause and on_hb
+ * runs the check (recheck), out of the engine's callback. */
+static bool consume_allowed(conn_t *c)
+{
+    if (c->close_after_write)
+        return false;
+    if (c->authing || c->recheck_due)
+        return false;
+    if (!needs_recheck(c))
+        return true;
+    c->recheck_due = true;
+    tn_consumer_credit(&c->consumer, 0);
+    uv_timer_start(&c->hb, on_hb, 0, 0);
+    return false;
+}
+
+static void sub_refused_text(const conn_t *c, char *text, size_t len)
+{
+    snprintf(text, len,
+             "AUTH failed for SUB on \"%s\" \"%s\": the grants, checked again once they "
+             "expired, no longer permit it",
+             c->sub_topic, c->sub_channel);
+}
+
+/* The subscription's right ended: nothing more is sent to it, and the
+ * error closes the connection (its leases return to the channel then). */
+static void refuse_consumer(conn_t *c, tn_nsq_err_t err, const char *text)
+{
+    tn_consumer_credit(&c->consumer, 0);
+    tn_buf_reset(&c->unchecked);
+    send_error(c, err, text);
+}
+
+/* The check permits the subscription: what waited goes, deliveries resume. */
+static void consume_checked(conn_t *c)
+{
+    c->recheck_due = false;
+    if (tn_buf_size(&c->unchecked) > 0) {
+        int rc = tn_buf_append(&c->out, tn_buf_data(&c->unchecked), tn_buf_size(&c->unchecked));
+        tn_buf_reset(&c->unchecked);
+        if (rc != 0) {
+            conn_close(c);
+            return;
+        }
+        flush(c);
+    }
+    if (c->state != ST_CLOSED && !c->held)
+        tn_consumer_credit(&c->consumer, rdy_in_force(c));
+}
+
+/* From on_hb: check c's subscription again. Without AUTH a protected
+ * topic ends it; with AUTH expired grants are asked for again (on_auth
+ * judges the answer). */
+static void recheck(conn_t *c)
+{
+    if (c->authing || c->close_after_write)
+        return;
+    if (!needs_recheck(c)) {
+        consume_checked(c);
+        return;
+    }
+    c->recheck_due = false;
+    if (c->srv->auth != NULL) {
+        start_auth(c);
+        return;
+    }
+    char text[640];
+    (void)open_refused(c, "SUB", c->sub_topic, text, sizeof(text));
+    refuse_consumer(c, TN_NSQ_E_UNAUTHORIZED, text);
+}
+
+/* May this command run? With AUTH configured the connection's grants
+ * decide; without, a protected topic is refused. 1 yes, 0 no (an error
+ * went out), -1 not yet (the grants expired and are being renewed). */
 static int auth_gate(conn_t *c, const tn_nsq_cmd_t *cmd)
 {
     const char *name = cmd->op == TN_NSQ_SUB    ? "SUB"
@@ -933,14 +1072,8 @@ static int auth_gate(conn_t *c, const tn_nsq_cmd_t *cmd)
     if (c->srv->auth == NULL) {
         char topic[TN_NSQ_NAME_MAX + 1];
         copy_name(topic, sizeof(topic), cmd->topic);
-        if (o->is_protected == NULL || !o->is_protected(o->protected_arg, topic))
+        if (!open_refused(c, name, topic, text, sizeof(text)))
             return 1;
-        /* An open door cannot authenticate anyone: NSQ clients send AUTH
-         * only when the server asks for it, for every topic. */
-        snprintf(text, sizeof(text),
-                 "%s on \"%s\" refused: the topic is protected (it has an owner) and this "
-                 "server's NSQ doors are open (no NSQ auth configured)",
-                 name, topic);
         send_error(c, TN_NSQ_E_UNAUTHORIZED, text);
         return 0;
     }
@@ -1312,6 +1445,13 @@ static void on_hb(uv_timer_t *t)
         arm_hb(c);
         return;
     }
+    if (c->subscribed && (c->recheck_due || needs_recheck(c))) {
+        /* A delivery found its right to consume must be checked, or an
+         * idle subscription's grants expired. */
+        recheck(c);
+        if (c->state == ST_CLOSED || c->close_after_write)
+            return;
+    }
     if (c->cmd_started_ms != 0 && now - c->cmd_started_ms >= c->srv->opts.command_timeout_ms &&
         !c->blocked && c->npending == 0) {
         send_error(c, TN_NSQ_E_INVALID, "command timed out");
@@ -1415,6 +1555,7 @@ static void on_connection(uv_stream_t *server, int status)
     tn_buf_init(&c->wire);
     tn_buf_init(&c->wbuf);
     tn_buf_init(&c->tlsin);
+    tn_buf_init(&c->unchecked);
     tn_snappy_dec_init(&c->sdec);
     tn_snappy_enc_init(&c->senc);
     tn_nsq_client_defaults(&c->opts, s->opts.msg_timeout_ms);
