@@ -541,6 +541,19 @@ static void acquire(poll_t *p);
 
 static void maybe_free(tn_consume_t *cs);
 
+/* The engine could not find or make p's topic or channel: near the
+ * descriptor limit a 503 to retry (a new channel is a file per
+ * partition), else a 500. */
+static void acquire_failed(poll_t *p, int rc)
+{
+    TN_LOG_RL(TN_LOG_ERROR, 10000, "topic %s channel %s: %s", p->a.topic, p->a.channel,
+              tn_strerror(rc));
+    if (rc == UV_EMFILE)
+        finish(p, 503, TN__V1_FD_FULL);
+    else
+        finish(p, 500, "consume failed");
+}
+
 static void on_ready(tn_waiter_t *w, int status)
 {
     poll_t *p = w->data;
@@ -554,9 +567,7 @@ static void on_ready(tn_waiter_t *w, int status)
         return;
     }
     if (status != 0) {
-        TN_LOG_RL(TN_LOG_ERROR, 10000, "topic %s channel %s: %s", p->a.topic, p->a.channel,
-                  tn_strerror(status));
-        finish(p, 500, "consume failed");
+        acquire_failed(p, status);
         return;
     }
     acquire(p);
@@ -659,9 +670,7 @@ static void acquire(poll_t *p)
         return;
     }
     if (rc != 0) {
-        TN_LOG_RL(TN_LOG_ERROR, 10000, "topic %s channel %s: %s", a->topic, a->channel,
-                  tn_strerror(rc));
-        finish(p, 500, "consume failed");
+        acquire_failed(p, rc);
         return;
     }
     park(p, ch);

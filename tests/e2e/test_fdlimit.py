@@ -5,6 +5,9 @@ the existing partitions without any. Each test starts ternd with RLIMIT_NOFILE a
 ternd cannot raise it) and small segments, so a publish soon needs a new
 segment file while the connections are still open."""
 import argparse
+import base64
+import http.client
+import json
 import os
 import resource
 import shutil
@@ -19,6 +22,9 @@ from daemon import Daemon
 from nsqwire import FRAME_RESPONSE, Conn
 
 NOFILE = 64
+PASSWORD = "fdlimit-tests-password"
+ADMIN = {"Authorization": "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode(),
+         "Content-Type": "application/json"}
 FLOOD = 150  # connections: more than the whole limit
 
 
@@ -30,7 +36,7 @@ class FdLimit(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="tern-fdlimit-")
         self.d = Daemon(os.path.join(self.dir, "data"), "--segment-bytes=64KiB",
-                        preexec_fn=low_nofile)
+                        preexec_fn=low_nofile, env=dict(os.environ, TERN_ADMIN_PASSWORD=PASSWORD))
         self.d.wait_for("ready")
         self.socks = []
         self.producer = Conn(self.d.tcp_port)
@@ -146,6 +152,12 @@ class FdLimit(unittest.TestCase):
         # short of the limit (a clear error), and the topics already there
         # can still seal a segment and begin the next.
         flood = Conn(self.d.tcp_port)
+        # Opened first: past the connections' mark no new one is taken.
+        self.http = http.client.HTTPConnection("127.0.0.1", self.d.http_port, timeout=30)
+        deadline = time.monotonic() + 10
+        while self.request("GET", "/v1/topics/t0")[0] != 200:  # the metastore has it
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
         refused = None
         for i in range(NOFILE):
             kind, data = flood.pub(f"u{i}", b"x")
@@ -155,7 +167,25 @@ class FdLimit(unittest.TestCase):
         flood.close()
         self.assertIsNotNone(refused, "every topic was created")
         self.assertTrue(refused.startswith(b"E_PUB_FAILED"), refused)
+        self.assertIn(b"too many open files", refused)
+        # The /v1 doors say why too, as a 503 to retry, and record nothing.
+        st, hdrs, body = self.request("POST", "/v1/topics", b'{"name":"v1late"}')
+        self.assertEqual(st, 503, body)
+        self.assertIn("too many open files", json.loads(body)["error"])
+        self.assertEqual(hdrs.get("retry-after"), "1")
+        self.assertEqual(self.request("GET", "/v1/topics/v1late")[0], 404)
+        # A new channel, by consuming from it.
+        st, hdrs, body = self.request("GET", "/v1/topics/t0/consume?channel=late&wait=0s")
+        self.assertEqual(st, 503, body)
+        self.assertIn("too many open files", json.loads(body)["error"])
+        self.assertEqual(hdrs.get("retry-after"), "1")
         self.publish_across_segments()
+        self.http.close()
+
+    def request(self, method, path, body=None):
+        self.http.request(method, path, body=body, headers=ADMIN)
+        r = self.http.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
 
 
 class RaisedLimit(unittest.TestCase):

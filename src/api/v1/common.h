@@ -32,6 +32,13 @@
 
 /* Answer {"error": msg}; headers (may be NULL) are extra lines. */
 void tn__v1_error(tn_http_request_t *r, int status, const char *msg, const char *headers);
+
+/* The error of a topic or channel creation refused near the descriptor
+ * limit (the engine's UV_EMFILE, core/fdroom.h): a 503 to retry, as the
+ * NSQ doors' E_PUB_FAILED says "too many open files". */
+#define TN__V1_FD_FULL                                                                             \
+    "cannot create it now: too many open files (this node keeps its last descriptors for the "     \
+    "partitions it has); retry later, or raise the descriptor limit"
 /* Answer b (a JSON document, a newline is added) and release it. */
 void tn__v1_respond_buf(tn_http_request_t *r, int status, tn_buf_t *b);
 /* The answer of an operation that parked r until the metastore answered

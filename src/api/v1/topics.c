@@ -12,6 +12,7 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "core/fdroom.h"
 #include "core/log.h"
 #include "core/time.h"
 #include "meta/owner.h"
@@ -466,13 +467,23 @@ static void on_channel_recorded(tn_meta_req_t *req, int status)
     op_end(op, 201, NULL);
 }
 
+/* The engine could not make op's topic or its channel: near the
+ * descriptor limit a 503 to retry, else a 500. */
+static void create_failed(op_t *op, int rc)
+{
+    TN_LOG(TN_LOG_ERROR, "topic %s: creating it in the queue engine failed: %s", op->topic,
+           tn_strerror(rc));
+    if (rc == UV_EMFILE)
+        op_end(op, 503, TN__V1_FD_FULL);
+    else
+        op_end(op, 500, "create failed");
+}
+
 static void on_create_wait(tn_waiter_t *w, int status)
 {
     op_t *op = w->data;
     if (status != 0) {
-        TN_LOG(TN_LOG_ERROR, "topic %s: creating it in the queue engine failed: %s", op->topic,
-               tn_strerror(status));
-        op_end(op, 500, "create failed");
+        create_failed(op, status);
         return;
     }
     create_step(op);
@@ -501,9 +512,7 @@ static void create_step(op_t *op)
             return;
     }
     if (rc != 0) {
-        TN_LOG(TN_LOG_ERROR, "topic %s: creating it in the queue engine failed: %s", op->topic,
-               tn_strerror(rc));
-        op_end(op, 500, "create failed");
+        create_failed(op, rc);
         return;
     }
     const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
@@ -579,6 +588,12 @@ static void on_topic_create(tn_http_request_t *r, void *arg)
         tn_broker_topic(v->broker, c.topic.name, strlen(c.topic.name), false, 0, NULL, &existing) !=
             TN_ENOTFOUND) {
         tn__v1_error(r, 409, "topic already exists", NULL);
+        return;
+    }
+    /* Refused before anything is recorded: a record the engine could not
+     * open would stay in the metastore, a topic without partitions. */
+    if (!tn_fd_room(TN_FD_CREATE)) {
+        tn__v1_error(r, 503, TN__V1_FD_FULL, "Retry-After: 1\r\n");
         return;
     }
     if (given[CF_PARENT]) {
