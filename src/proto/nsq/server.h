@@ -70,7 +70,9 @@ typedef struct {
     const tn_nsqauth_local_t *auth_local;
     /* Without AUTH configured: whether a topic is closed to this open door
      * (owned through /v1; api/access.h). PUB, MPUB, DPUB and SUB on it are
-     * refused with E_UNAUTHORIZED. NULL: every topic is open. */
+     * refused with E_UNAUTHORIZED, and a subscription to it ends so
+     * before its next message (asked once per delivery and heartbeat of
+     * a subscription: keep it cheap). NULL: every topic is open. */
     bool (*is_protected)(void *arg, const char *topic);
     void *protected_arg;
     /* With auth_local (tern's users): whether the AUTH'ed identity may not
