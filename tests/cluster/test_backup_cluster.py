@@ -20,11 +20,13 @@ metastore (before, the backup left it out and the node came back with
 both unpaused)."""
 import json
 import os
+import struct
 import subprocess
 import sys
 import unittest
 
 from harness import PASSWORD, ClusterTest, main, wait_until
+from nsqwire import crc32c
 
 TERNCTL = None
 
@@ -72,6 +74,24 @@ def rt_lead(node):
 
 
 class BackupClusterTest(ClusterTest):
+
+    def paused_without_a_copy(self, c, leader, topic, channel):
+        """A factor-1 topic and its channel made through leader, both
+        paused on a node holding no copy of the topic: that node."""
+        st, body = leader.request("POST", "/v1/topics", {"name": topic, "partitions": 1})
+        self.assertEqual(st, 201, body)
+        owner = wait_until(f"{topic}'s owner", lambda: (leader.owners(topic) or [None])[0])
+        st, body = leader.request("POST", f"/channel/create?topic={topic}&channel={channel}",
+                                  headers=CLIENT)
+        self.assertEqual(st, 200, body)
+        node = next(n for n in c.nodes if str(n.id) != str(owner))
+        wait_until(f"{channel} on node {node.id}",
+                   lambda: paused(node, topic, channel) is False, timeout=90)
+        for what in (f"topic/pause?topic={topic}",
+                     f"channel/pause?topic={topic}&channel={channel}"):
+            st, body = node.request("POST", f"/{what}", headers=CLIENT)
+            self.assertEqual(st, 200, body)
+        return node
     # Factor 1: this test checks owners and the ingress logs in the backup
     # (a replicated cluster's restore is test_repl_restore's); its one
     # factor-3 topic is for a follower's pause of a channel.
@@ -120,19 +140,18 @@ class BackupClusterTest(ClusterTest):
 
         # A factor-1 topic and its channel paused on a node holding no
         # copy of it: its directory there holds only the pause's files.
-        st, body = leader.request("POST", "/v1/topics", {"name": "nt", "partitions": 1})
-        self.assertEqual(st, 201, body)
-        nt_owner = wait_until("nt's owner", lambda: (leader.owners("nt") or [None])[0])
-        st, body = leader.request("POST", "/channel/create?topic=nt&channel=nc", headers=CLIENT)
-        self.assertEqual(st, 200, body)
-        bare = next(n for n in c.nodes if str(n.id) != str(nt_owner))
-        wait_until(f"nc on node {bare.id}", lambda: paused(bare, "nt", "nc") is False, timeout=90)
-        for what in ("topic/pause?topic=nt", "channel/pause?topic=nt&channel=nc"):
-            st, body = bare.request("POST", f"/{what}", headers=CLIENT)
-            self.assertEqual(st, 200, body)
+        bare = self.paused_without_a_copy(c, leader, "nt", "nc")
         ntdir = os.path.join(bare.data, "topics", "nt")
         self.assertFalse(os.path.exists(os.path.join(ntdir, "0")))
         self.assertTrue(os.path.exists(os.path.join(ntdir, "pause")))
+        # Another such topic, ot, whose copy in the backup is to carry the
+        # stamp of another topic of the name than the one the backup's
+        # metastore records (as a backup during which ot was deleted and
+        # made again would, between the metastore's snapshot and the copy
+        # of the node's files). Its pauses are that other topic's: the
+        # restored node must not take them for the recorded ot's.
+        stale = self.paused_without_a_copy(c, leader, "ot", "oc")
+        self.assertTrue(os.path.exists(os.path.join(stale.data, "topics", "ot", "pause")))
 
         bdir = os.path.join(c.dir, "backup")
         r = ternctl("backup", bdir, port=c.nodes[1].http_port)
@@ -151,6 +170,23 @@ class BackupClusterTest(ClusterTest):
             if n is bare:
                 for f in ("pause", "nc.cpause", "nc.cstamp", "stamp"):
                     self.assertIn(f"topics/nt/{f}", [x["path"] for x in man["files"]], n.id)
+        # ot's stamp in stale's copy made an earlier record's (1 s older),
+        # the manifest's length and CRC32C kept true to the file.
+        mpath = os.path.join(bdir, str(stale.id), "manifest.json")
+        with open(mpath) as f:
+            man = json.load(f)
+        spath = os.path.join(bdir, str(stale.id), "data", "topics", "ot", "stamp")
+        with open(spath, "rb") as f:
+            magic, _, ms = struct.unpack("<IIq", f.read())
+        tail = struct.pack("<q", ms - 1000)
+        old_stamp = struct.pack("<II", magic, crc32c(tail)) + tail
+        with open(spath, "wb") as f:
+            f.write(old_stamp)
+        for x in man["files"]:
+            if x["path"] == "topics/ot/stamp":
+                x["length"], x["crc32c"] = len(old_stamp), crc32c(old_stamp)
+        with open(mpath, "w") as f:
+            json.dump(man, f)
         # Produces to partitions of other nodes went through ingress logs,
         # which are copied with their checkpoints.
         self.assertTrue(any(p.endswith(".log") for p in ingress), ingress)
@@ -167,6 +203,8 @@ class BackupClusterTest(ClusterTest):
             os.rename(n.data, n.data + ".old")
             r = ternctl("restore", bdir, "--data-path", n.data, "--node", str(n.id))
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # The earlier ot's directory is not restored.
+        self.assertFalse(os.path.exists(os.path.join(stale.data, "topics", "ot")))
         marks = {n.id: len(n.log()) for n in c.nodes}  # the restored run's log from here
         for n in c.nodes:
             n.start()
@@ -192,6 +230,13 @@ class BackupClusterTest(ClusterTest):
             wait_until(f"nt and nc {'paused' if n is bare else 'unpaused'} on node {n.id}",
                        lambda n=n, want=want: (paused(n, "nt"), paused(n, "nt", "nc")) == want,
                        timeout=90)
+            # The earlier ot's pauses stay behind: ot and oc unpaused
+            # everywhere.
+            wait_until(f"ot and oc listed on node {n.id}",
+                       lambda n=n: None not in (paused(n, "ot"), paused(n, "ot", "oc")),
+                       timeout=90)
+            self.assertEqual((paused(n, "ot"), paused(n, "ot", "oc")), (False, False),
+                             (n.id, n.log()))
         got = set()
 
         def drained():

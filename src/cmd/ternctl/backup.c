@@ -1065,6 +1065,27 @@ static bool carried_stamp(const char *path)
            topic_file(path, TN_STORE_STAMP_FILE, t);
 }
 
+/* Remove dir and the files in it (a topic directory holding no
+ * partition: pause files and stamps only). */
+static int remove_files_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return errno == ENOENT ? 0 : tn_err_from_errno(errno);
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) != 0)
+            rc = tn_err_from_errno(errno);
+    }
+    closedir(d);
+    if (rc == 0 && rmdir(dir) != 0)
+        rc = tn_err_from_errno(errno);
+    return rc;
+}
+
 /* A plain restore: each topic directory of the node's copy that holds no
  * partition, only a pause's files (a pause this node took of a topic it
  * held no copy of, carried by api/backup.c list_bare), gets the stamp of
@@ -1074,10 +1095,17 @@ static bool carried_stamp(const char *path)
  * own record (queue/broker.c topic_create_work), where a directory with
  * partitions is loaded and stamped at the first start. A topic s has no
  * record of gets none (the directory goes at the first start, as the
- * topic's deletion took it). With --rejoin stamp_restored stamps it as any
- * restored topic directory. *nstamped: how many were written. */
-static int stamp_bare(const tn_meta_state_t *s, const tn_manifest_t *m, const char *data,
-                      size_t *nstamped)
+ * topic's deletion took it). One whose stamp in the node's copy (dir/id/
+ * data) is not that record's, or that carries none, is another topic's
+ * of the name (one deleted and made again while the backup was taken,
+ * between the metastore's snapshot and the copy of the files, or while
+ * the node still held an earlier one's directory): its directory is
+ * removed, as the files of a channel whose stamp differs would be
+ * (stamp_channels), so the recorded topic and its channels never take
+ * its pauses. With --rejoin stamp_restored stamps it as any restored topic
+ * directory. *nstamped: how many were written. */
+static int stamp_bare(const tn_meta_state_t *s, const tn_manifest_t *m, const char *dir,
+                      uint64_t id, const char *data, size_t *nstamped)
 {
     for (size_t i = 0; i < m->nfiles; i++) {
         char t[PATH_LEN], ch[PATH_LEN], tdir[PATH_LEN], sp[PATH_LEN];
@@ -1092,6 +1120,19 @@ static int stamp_bare(const tn_meta_state_t *s, const tn_manifest_t *m, const ch
         if (e == NULL || e->rec.created_at_ms <= 0 || stat(sp, &st) == 0 ||
             !tn_store_dir_pause_only(tdir))
             continue; /* unrecorded, stamped already, or loaded at the start */
+        char cdir[PATH_LEN], cp[PATH_LEN];
+        int64_t had = 0;
+        pathf(cdir, sizeof(cdir), "%s/%" PRIu64 "/data/topics/%s", dir, id, t);
+        pathf(cp, sizeof(cp), "topics/%s/%s", t, TN_STORE_STAMP_FILE);
+        if (tn_manifest_find(m, cp) == NULL || tn_store_stamp_read_dir(cdir, &had) != 0)
+            had = 0;
+        if (had != e->rec.created_at_ms) {
+            int rc = remove_files_dir(tdir);
+            if (rc != 0)
+                return say("restore", "%s (an earlier topic's of the name): %s", tdir,
+                           tn_strerror(rc));
+            continue;
+        }
         int rc = tn_store_stamp_write_dir(tdir, e->rec.created_at_ms);
         if (rc != 0)
             return say("restore", "%s: %s", sp, tn_strerror(rc));
@@ -1376,7 +1417,7 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         else
             rc = stamp_channels(&s, &m, false, data, &nstamped);
         if (rc == TN_CTL_OK)
-            rc = stamp_bare(&s, &m, data, &nstamped);
+            rc = stamp_bare(&s, &m, dir, id, data, &nstamped);
         tn_meta_state_fini(&s);
         if (rc != TN_CTL_OK)
             goto out;
