@@ -1324,6 +1324,30 @@ static void fail_from(tn_append_t *from, int err)
     }
 }
 
+/* A flush of the requests from group on into seg failed with rc: they all
+ * fail with it. A full disk (ENOSPC, EDQUOT) leaves the log as it was when
+ * those requests are plain publishes (no copies of a leader's records, no
+ * epoch changes): the bytes past the segment's end are cut off, the
+ * offsets given back, and the next round tries again, so writes resume
+ * once space is freed. Anything else, or a cut that fails, is sticky. */
+static void flush_failed(tn_plog_t *plog, tn_seg_t *seg, tn_append_t *group, int rc)
+{
+    bool plain = rc == UV_ENOSPC || rc == -EDQUOT;
+    for (tn_append_t *r = group; plain && r != NULL; r = r->pnext)
+        plain = r->kind == 0;
+    if (plain && tn_io_ftruncate(seg->fd, seg->size) == 0) {
+        seg->alloc = seg->size;
+        plog->next_offset = seg->base + seg->count;
+        TN_LOG_RL(TN_LOG_ERROR, 60000,
+                  "partition %s/%u: writing segment %" PRIu64
+                  ": %s; publishes to it fail until space is freed",
+                  plog->topic, plog->partition, seg->base, tn_strerror(rc));
+    } else {
+        set_sticky(plog, rc, "writing segment %" PRIu64, seg->base);
+    }
+    fail_from(group, rc);
+}
+
 /* Save the epochs file after a change (committer thread). The history is
  * only changed on this thread, so reading it without the lock is safe.
  * The log is a replica's (epochs_used) once the file is on disk, not
@@ -1430,8 +1454,7 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
         if (pos > 0 && pos + r->s.bytes > seg_limit) {
             int rc = flush(plog, seg, wstart, pos, ls->iov, niov, ls->notes, nnotes);
             if (rc != 0) {
-                set_sticky(plog, rc, "writing segment %" PRIu64, seg->base);
-                fail_from(group, rc);
+                flush_failed(plog, seg, group, rc);
                 return;
             }
             if (roll(plog) != 0) {
@@ -1509,8 +1532,9 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
     int rc = err != 0 ? err : flush(plog, seg, wstart, pos, ls->iov, niov, ls->notes, nnotes);
     if (rc != 0) {
         if (err == 0)
-            set_sticky(plog, rc, "writing segment %" PRIu64, seg->base);
-        fail_from(group, rc);
+            flush_failed(plog, seg, group, rc);
+        else
+            fail_from(group, rc);
     }
 }
 

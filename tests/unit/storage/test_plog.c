@@ -488,11 +488,32 @@ static void test_write_failure_is_sticky(void **state)
 {
     fx_t *fx = *state;
     tn_plog_t *plog = open_log(fx, "t", 0);
-    tn_io_fail_write_after(1, UV_ENOSPC); /* the records, after the zeros */
+    tn_io_fail_write_after(1, UV_EIO); /* the records, after the zeros */
+    assert_int_equal(tu_append(&fx->loop, plog, "x", 1, NULL), UV_EIO);
+    tn_io_fail_write_after(-1, 0);
+    assert_int_equal(tn_plog_err(plog), UV_EIO);
+    assert_int_equal(tu_append(&fx->loop, plog, "x", 1, NULL), UV_EIO);
+}
+
+/* A publish's write that finds the disk full fails alone: the log keeps
+ * what it had, gives the offsets back, and takes the next append. */
+static void test_full_disk_write_is_not_sticky(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *plog = open_log(fx, "t", 0);
+    append_n(fx, plog, 0, 2);
+    tn_io_fail_write_after(0, UV_ENOSPC); /* the records (zeros written ahead) */
     assert_int_equal(tu_append(&fx->loop, plog, "x", 1, NULL), UV_ENOSPC);
     tn_io_fail_write_after(-1, 0);
-    assert_int_equal(tn_plog_err(plog), UV_ENOSPC);
-    assert_int_equal(tu_append(&fx->loop, plog, "x", 1, NULL), UV_ENOSPC);
+    assert_int_equal(tn_plog_err(plog), 0);
+    assert_int_equal(tn_plog_written_next(plog), 2);
+    append_n(fx, plog, 2, 3);
+    expect_all(plog, 0, 5);
+    tu_plog_close(&fx->loop, plog);
+    tn_plog_t *again = open_log(fx, "t", 0);
+    assert_int_equal(tn_plog_err(again), 0);
+    assert_int_equal(tn_plog_written_next(again), 5);
+    expect_all(again, 0, 5);
 }
 
 typedef struct {
@@ -1199,6 +1220,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_abandon_keeps_the_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_zero_write_failure_falls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_failure_is_sticky, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_disk_write_is_not_sticky, setup, teardown),
         cmocka_unit_test_setup_teardown(test_durability_modes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_relaxed_sync_by_count, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_appends_group, setup, teardown),

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""End-to-end tests of a full data disk: ternd's data directory is on a
+small ext4 file system (a 16 MiB image, loop-mounted; tmpfs when
+mkfs.ext4 is missing), mounted by the test and unmounted in a finally.
+Mounting needs root: without it the tests skip (CI runs as root).
+
+The disk watermark is set out of the way (disk-high-watermark 100,
+disk-min-free-bytes 0, checked once a minute), so publishes meet the real
+ENOSPC, as they do when another program fills the disk between two of
+ternd's disk checks.
+A ledger keeps every message answered OK; each must be there to the end."""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import daemon as daemon_mod
+from daemon import Daemon
+from nsqwire import FRAME_ERROR, FRAME_RESPONSE, Closed, Conn
+
+IMAGE_BYTES = 16 << 20
+SPARE_BYTES = 2 << 20  # the file the test deletes to give space back
+BODY = 4000
+FLAGS = ("--segment-bytes=1MiB", "--disk-high-watermark=100", "--disk-low-watermark=99",
+         "--disk-min-free-bytes=0", "--disk-check-interval=1m")
+
+
+def mount_small_fs(mnt, image):
+    """Mounts a small file system on mnt; returns None, or why it cannot."""
+    if os.geteuid() != 0:
+        return "mounting a small file system needs root"
+    if shutil.which("mkfs.ext4"):
+        with open(image, "wb") as f:
+            f.truncate(IMAGE_BYTES)
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", image], check=True)
+        cmd = ["mount", "-o", "loop", image, mnt]
+    else:
+        cmd = ["mount", "-t", "tmpfs", "-o", f"size={IMAGE_BYTES}", "tmpfs", mnt]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"{' '.join(cmd)} failed: {r.stderr.strip()}"
+    return None
+
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+class DiskFull(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tern-diskfull-")
+        self.mnt = os.path.join(self.dir, "mnt")
+        os.mkdir(self.mnt)
+        why = mount_small_fs(self.mnt, os.path.join(self.dir, "image"))
+        if why is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.skipTest(why)
+        self.data = os.path.join(self.mnt, "data")
+        self.spare = os.path.join(self.mnt, "spare")
+        with open(self.spare, "wb") as f:
+            f.write(b"\xff" * SPARE_BYTES)
+            os.fsync(f.fileno())
+        self.daemons = []
+
+    def tearDown(self):
+        for d in self.daemons:
+            d.kill()
+        subprocess.run(["umount", self.mnt], check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def start(self):
+        d = Daemon(self.data, *FLAGS, log_path=os.path.join(self.dir, "ternd.log"))
+        self.daemons.append(d)
+        d.wait_for("ready")
+        return d
+
+    def http(self, d, path, body=None):
+        req = urllib.request.Request(f"http://127.0.0.1:{d.http_port}{path}", data=body,
+                                     method="GET" if body is None else "POST")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def publish_until_refused(self, d, ledger, first):
+        """PUBs 4 KB messages numbered from first until five in a row are
+        refused; every answer must be OK or an error frame. Returns the
+        next number and the refusals."""
+        refusals = []
+        c = Conn(d.tcp_port)
+        n = first
+        try:
+            while len(refusals) < 5 and n < first + 10000:
+                try:
+                    kind, data = c.pub("t", b"%06d" % n + b"x" * BODY)
+                except Closed:
+                    self.fail(f"message {n}: connection closed with no answer")
+                if (kind, data) == (FRAME_RESPONSE, b"OK"):
+                    ledger.add(n)
+                    refusals = []
+                else:
+                    self.assertEqual(kind, FRAME_ERROR, data)
+                    refusals.append(data)
+                    c.close()  # E_PUB_FAILED closes it (nsqd's rule)
+                    c = Conn(d.tcp_port)
+                n += 1
+        finally:
+            c.close()
+        self.assertEqual(len(refusals), 5, "the disk never filled")
+        return n, refusals
+
+    def consume_all(self, d, channel):
+        c = Conn(d.tcp_port)
+        got = set()
+        try:
+            c.identify()
+            self.assertEqual(c.sub("t", channel), (FRAME_RESPONSE, b"OK"))
+            c.rdy(200)
+            c.sock.settimeout(3)
+            while True:
+                try:
+                    m = c.read_message()
+                except (TimeoutError, OSError):
+                    break
+                got.add(int(m.body[:6]))
+                c.fin(m.id)
+        finally:
+            c.close()
+        return got
+
+    def test_publishes_resume_when_space_returns(self):
+        d = self.start()
+        # Channel k is read only after the restart.
+        self.assertEqual(self.http(d, "/topic/create?topic=t", b"")[0], 200)
+        self.assertEqual(self.http(d, "/channel/create?topic=t&channel=k", b"")[0], 200)
+        ledger = set()
+        n, refusals = self.publish_until_refused(d, ledger, 0)
+        self.assertGreater(len(ledger), 100)
+        self.assertTrue(refusals[0].startswith(b"E_PUB_FAILED"), refusals)
+        self.assertIn(b"no space left on device", refusals[0])
+        # No spin: the refused publishes leave ternd idle.
+        t0 = cpu_ticks(d.proc.pid)
+        time.sleep(2)
+        self.assertLess(cpu_ticks(d.proc.pid) - t0, 50, "ternd busy on a full disk")
+        status, body = self.http(d, "/pub?topic=t", b"h" * 65536)
+        self.assertEqual((status, body), (503, b'{"message":"E_STORAGE"}'))
+        os.unlink(self.spare)
+        # Space is back: publishes are taken again, without a restart.
+        deadline = time.monotonic() + 10
+        answers = []
+        c = Conn(d.tcp_port)
+        try:
+            while time.monotonic() < deadline:
+                answer = c.pub("t", b"%06d" % n + b"y" * 100)
+                answers.append(answer)
+                if answer == (FRAME_RESPONSE, b"OK"):
+                    ledger.add(n)
+                    break
+                c.close()
+                c = Conn(d.tcp_port)
+                time.sleep(0.2)
+        finally:
+            c.close()
+        self.assertEqual(answers[-1], (FRAME_RESPONSE, b"OK"),
+                         f"refusals {refusals[:2]}, then {answers[-3:]}; log:\n{d.log()[-2000:]}")
+        log = d.log()
+        self.assertLess(log.count("no space left on device"), 10, log)
+        # Every acknowledged message is there, and again after a SIGKILL.
+        missing = ledger - self.consume_all(d, "c")
+        self.assertFalse(missing, f"acknowledged, not delivered: {sorted(missing)[:10]}")
+        d.kill()
+        d = self.start()
+        missing = ledger - self.consume_all(d, "k")
+        self.assertFalse(missing, f"lost by the restart: {sorted(missing)[:10]}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ternd", required=True)
+    args, rest = ap.parse_known_args()
+    daemon_mod.TERND = os.path.abspath(args.ternd)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()
