@@ -22,7 +22,7 @@ import urllib.request
 
 import daemon as daemon_mod
 from daemon import Daemon
-from nsqwire import FRAME_ERROR, FRAME_RESPONSE, Closed, Conn
+from nsqwire import FRAME_ERROR, FRAME_RESPONSE, Closed, Conn, Message
 
 IMAGE_BYTES = 16 << 20
 SPARE_BYTES = 2 << 20  # the file the test deletes to give space back
@@ -118,13 +118,13 @@ class DiskFull(unittest.TestCase):
         self.assertEqual(len(refusals), 5, "the disk never filled")
         return n, refusals
 
-    def consume_all(self, d, channel):
+    def consume_all(self, d, channel, fin=True):
         c = Conn(d.tcp_port)
         got = set()
         try:
             c.identify()
             self.assertEqual(c.sub("t", channel), (FRAME_RESPONSE, b"OK"))
-            c.rdy(200)
+            c.rdy(200 if fin else 2500)
             c.sock.settimeout(3)
             while True:
                 try:
@@ -132,7 +132,8 @@ class DiskFull(unittest.TestCase):
                 except (TimeoutError, OSError):
                     break
                 got.add(int(m.body[:6]))
-                c.fin(m.id)
+                if fin:
+                    c.fin(m.id)
         finally:
             c.close()
         return got
@@ -182,6 +183,78 @@ class DiskFull(unittest.TestCase):
         missing = ledger - self.consume_all(d, "k")
         self.assertFalse(missing, f"lost by the restart: {sorted(missing)[:10]}")
 
+    def test_restart_on_the_still_full_disk(self):
+        """A start on a disk with no block free is refused (libraft cannot
+        write its probe file): ternd exits 1 saying so, and the next start
+        once space is freed serves every acknowledged message (the steps
+        in operations.md "Disk space")."""
+        d = self.start()
+        self.assertEqual(self.http(d, "/topic/create?topic=t", b"")[0], 200)
+        self.assertEqual(self.http(d, "/channel/create?topic=t&channel=k", b"")[0], 200)
+        ledger = set()
+        self.publish_until_refused(d, ledger, 0)
+        d.kill()
+        d = Daemon(self.data, *FLAGS, log_path=os.path.join(self.dir, "ternd.log"))
+        self.daemons.append(d)
+        self.assertEqual(d.proc.wait(timeout=60), 1, d.log())
+        d.kill()  # closes its log
+        self.assertIn("metastore: io: create I/O capabilities probe file: not enough space",
+                      d.log())
+        os.unlink(self.spare)
+        d = self.start()
+        missing = ledger - self.consume_all(d, "k")
+        self.assertFalse(missing, f"acknowledged, not delivered: {sorted(missing)[:10]}")
+
+    def test_fin_on_a_disk_filled_by_another_file(self):
+        d = self.start()
+        c = Conn(d.tcp_port)
+        for n in range(300):
+            self.assertEqual(c.pub("t", b"%06d" % n + b"x" * 1000), (FRAME_RESPONSE, b"OK"))
+        c.close()
+        c = Conn(d.tcp_port)
+        c.identify()
+        self.assertEqual(c.sub("t", "k"), (FRAME_RESPONSE, b"OK"))
+        with open(os.path.join(self.mnt, "filler"), "wb") as f:
+            try:
+                while True:
+                    f.write(b"\xee" * 4096)
+                    f.flush()
+            except OSError:
+                pass
+        # FINs that cannot be made durable are refused by name; the
+        # channel stops delivering, and says so once.
+        c.rdy(50)
+        c.sock.settimeout(3)
+        ids, refused = {}, set()
+        try:
+            while True:
+                kind, data = c.read_frame()
+                if kind == FRAME_ERROR:
+                    self.assertTrue(data.startswith(b"E_FIN_FAILED FIN "), data)
+                    self.assertIn(b"no space left on device", data)
+                    refused.add(ids[data.split()[2].decode()])
+                    continue
+                m = Message(data)
+                ids[m.id] = int(m.body[:6])
+                c.fin(m.id)
+        except (TimeoutError, OSError):
+            pass
+        c.close()
+        self.assertTrue(refused, "every FIN written on a full disk")
+        self.assertEqual(self.http(d, "/readyz")[0], 503)
+        t0 = cpu_ticks(d.proc.pid)
+        time.sleep(2)
+        self.assertLess(cpu_ticks(d.proc.pid) - t0, 50, "ternd busy on a full disk")
+        self.assertEqual(d.log().count("log write failed (no space left on device)"), 1,
+                         d.log())
+        # The operator frees space and restarts ternd: each refused FIN's
+        # message is delivered again, and the rest of the backlog.
+        os.unlink(os.path.join(self.mnt, "filler"))
+        self.assertEqual(d.stop(), 0, d.log())
+        d = self.start()
+        again = self.consume_all(d, "k")
+        self.assertFalse(refused - again, "refused FINs' messages not delivered again")
+        self.assertEqual(set(ids.values()) | again, set(range(300)))
 
 def main():
     ap = argparse.ArgumentParser()
