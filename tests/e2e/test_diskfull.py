@@ -241,7 +241,8 @@ class DiskFull(unittest.TestCase):
             pass
         c.close()
         self.assertTrue(refused, "every FIN written on a full disk")
-        self.assertEqual(self.http(d, "/readyz")[0], 503)
+        self.assertEqual(self.http(d, "/readyz"), (503, b'{"error":"1 channel log(s) failed to '
+                         b'write (see the log); restart ternd once the disk is fixed"}\n'))
         t0 = cpu_ticks(d.proc.pid)
         time.sleep(2)
         self.assertLess(cpu_ticks(d.proc.pid) - t0, 50, "ternd busy on a full disk")

@@ -163,7 +163,16 @@ static void on_readyz(tn_http_request_t *r, void *arg)
                         sizeof(draining) - 1);
     else if (tn_nsq_http_ready(api))
         tn_http_respond(r, 200, "application/json; charset=utf-8", NULL, ready, sizeof(ready) - 1);
-    else
+    else if (api->ready && api->broker != NULL && tn_broker_logs_failed(api->broker) != 0) {
+        /* Says what is wrong: a restart is the way back (operations.md). */
+        char why[160];
+        int n = snprintf(why, sizeof(why),
+                         "{\"error\":\"%u channel log(s) failed to write (see the log); "
+                         "restart ternd once the disk is fixed\"}\n",
+                         tn_broker_logs_failed(api->broker));
+        tn_http_respond(r, 503, "application/json; charset=utf-8", "Retry-After: 1\r\n", why,
+                        (size_t)n);
+    } else
         tn_http_respond(r, 503, "application/json; charset=utf-8", "Retry-After: 1\r\n", not_ready,
                         sizeof(not_ready) - 1);
 }
