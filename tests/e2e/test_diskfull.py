@@ -2,7 +2,9 @@
 """End-to-end tests of a full data disk: ternd's data directory is on a
 small ext4 file system (a 16 MiB image, loop-mounted; tmpfs when
 mkfs.ext4 is missing), mounted by the test and unmounted in a finally.
-Mounting needs root: without it the tests skip (CI runs as root).
+Mounting needs root: without it the tests skip (CI runs as root). The
+image has no blocks reserved for root (mkfs.ext4 -m 0), so ternd, running
+as root here, meets a full disk where a ternd running as its own user would.
 
 The disk watermark is set out of the way (disk-high-watermark 100,
 disk-min-free-bytes 0, checked once a minute), so publishes meet the real
