@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """End-to-end tests of a full data disk: ternd's data directory is on a
-small ext4 file system (a 16 MiB image, loop-mounted; tmpfs when
-mkfs.ext4 is missing), mounted by the test and unmounted in a finally.
-Mounting needs root: without it the tests skip (CI runs as root). The
+small ext4 file system (a 16 MiB image, loop-mounted), mounted by the
+test and unmounted in a finally. Mounting needs root and a loop device:
+without them the tests skip, saying why (CI runs as root). The
 image has no blocks reserved for root (mkfs.ext4 -m 0), so ternd, running
 as root here, meets a full disk where a ternd running as its own user would.
 
@@ -34,19 +34,20 @@ FLAGS = ("--segment-bytes=1MiB", "--disk-high-watermark=100", "--disk-low-waterm
 
 
 def mount_small_fs(mnt, image):
-    """Mounts a small file system on mnt; returns None, or why it cannot."""
+    """Mounts a small ext4 file system on mnt (a loop-mounted image);
+    returns None, or why it cannot. Not tmpfs: the tests are written for
+    a disk's allocation (tmpfs frees and counts pages otherwise)."""
     if os.geteuid() != 0:
         return "mounting a small file system needs root"
-    if shutil.which("mkfs.ext4"):
-        with open(image, "wb") as f:
-            f.truncate(IMAGE_BYTES)
-        subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", image], check=True)
-        cmd = ["mount", "-o", "loop", image, mnt]
-    else:
-        cmd = ["mount", "-t", "tmpfs", "-o", f"size={IMAGE_BYTES}", "tmpfs", mnt]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        return f"{' '.join(cmd)} failed: {r.stderr.strip()}"
+    if not shutil.which("mkfs.ext4"):
+        return "mkfs.ext4 (e2fsprogs) is not installed"
+    with open(image, "wb") as f:
+        f.truncate(IMAGE_BYTES)
+    for cmd in (["mkfs.ext4", "-q", "-F", "-m", "0", image],
+                ["mount", "-o", "loop", image, mnt]):
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            return f"{' '.join(cmd)} failed: {r.stderr.strip()}"
     return None
 
 
