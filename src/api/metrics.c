@@ -139,37 +139,37 @@ static void per_topic(const tn_metrics_t *m, tn_buf_t *b)
            "topics left out of the per-topic series (metrics-max-topics)", omitted);
 }
 
+/* Isolated logs counted by count_isolated. */
+typedef struct {
+    uint64_t parts, chans;
+} isolated_t;
+
+static void count_isolated(tn_topic_t *t, uint32_t p, void *arg)
+{
+    isolated_t *n = arg;
+    if (tn_plog_err(t->parts[p]->plog) != 0)
+        n->parts++;
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+        if (ch->state != TN_OBJ_READY || ch->parts == NULL)
+            continue;
+        tn_chpart_t *cp = ch->parts[p];
+        if (cp != NULL && cp->cl != NULL && tn_chanlog_err(cp->cl) != 0)
+            n->chans++;
+    }
+}
+
 /* Logs of this node's partitions and channels whose sticky error (a CRC
  * failure, a failed write or fdatasync, damage found by recovery) isolates
  * them until a restart: the storage-error alert's input. Every topic is
  * counted, whatever metrics-max-topics says. */
 static void isolated(const tn_metrics_t *m, tn_buf_t *b)
 {
-    tn_broker_t *br = m->api->broker;
-    uint64_t parts = 0, chans = 0;
-    for (size_t i = 0; i < br->nbuckets; i++) {
-        for (tn_topic_t *t = br->buckets[i]; t != NULL; t = t->hnext) {
-            if (t->state != TN_OBJ_READY)
-                continue;
-            for (uint32_t p = 0; p < t->nparts; p++) {
-                if (!tn_topic_part_local(t, p))
-                    continue;
-                if (tn_plog_err(t->parts[p]->plog) != 0)
-                    parts++;
-                for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
-                    if (ch->state != TN_OBJ_READY || ch->parts == NULL)
-                        continue;
-                    tn_chpart_t *cp = ch->parts[p];
-                    if (cp != NULL && cp->cl != NULL && tn_chanlog_err(cp->cl) != 0)
-                        chans++;
-                }
-            }
-        }
-    }
+    isolated_t n = {0, 0};
+    tn_broker_each_local_part(m->api->broker, count_isolated, &n);
     family(b, "tern_isolated_logs", "gauge",
            "logs refusing reads and writes after a storage error, until a restart");
-    put(b, "tern_isolated_logs{log=\"partition\"} %" PRIu64 "\n", parts);
-    put(b, "tern_isolated_logs{log=\"channel\"} %" PRIu64 "\n", chans);
+    put(b, "tern_isolated_logs{log=\"partition\"} %" PRIu64 "\n", n.parts);
+    put(b, "tern_isolated_logs{log=\"channel\"} %" PRIu64 "\n", n.chans);
 }
 
 /* Replication, from the replica manager (cluster/replica.h). Gauges of

@@ -585,6 +585,19 @@ static void bare_done(uv_work_t *w, int status)
     tn__broker_work_done(b);
 }
 
+void tn_broker_each_local_part(tn_broker_t *b, void (*fn)(tn_topic_t *t, uint32_t p, void *arg),
+                               void *arg)
+{
+    for (size_t i = 0; i < b->nbuckets; i++)
+        for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
+            if (t->state != TN_OBJ_READY)
+                continue;
+            for (uint32_t p = 0; p < t->nparts; p++)
+                if (tn_topic_part_local(t, p))
+                    fn(t, p, arg);
+        }
+}
+
 void tn_broker_sweep_bare(tn_broker_t *b, bool (*recorded)(void *arg, const char *topic), void *arg)
 {
     tn_bare_t **pp = &b->bare;

@@ -876,6 +876,11 @@ void tn_broker_chan_repl_done(tn_broker_t *b, const char *topic, const char *cha
  * served here; or the cursor's or the log's error (cb never runs then). */
 int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel, uint32_t p,
                          const tn_walrec_t *rec, tn_walop_t *op, tn_walop_cb cb);
+/* Call fn(t, p, arg) for each partition p whose log is here of every
+ * ready topic t, in table order (loop thread; fn must not add or remove
+ * topics). */
+void tn_broker_each_local_part(tn_broker_t *b, void (*fn)(tn_topic_t *t, uint32_t p, void *arg),
+                               void *arg);
 /* How many open channel partitions' logs failed while running (their
  * settles are refused): while not 0, /readyz says not ready. */
 static inline uint32_t tn_broker_logs_failed(const tn_broker_t *b)
