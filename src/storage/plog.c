@@ -1338,6 +1338,7 @@ static void flush_failed(tn_plog_t *plog, tn_seg_t *seg, tn_append_t *group, int
     if (plain && tn_io_ftruncate(seg->fd, seg->size) == 0) {
         seg->alloc = seg->size;
         plog->next_offset = seg->base + seg->count;
+        atomic_store(&plog->nospace, rc);
         TN_LOG_RL(TN_LOG_ERROR, 60000,
                   "partition %s/%u: writing segment %" PRIu64
                   ": %s; publishes to it fail until space is freed",
@@ -1535,6 +1536,8 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
             flush_failed(plog, seg, group, rc);
         else
             fail_from(group, rc);
+    } else {
+        atomic_store(&plog->nospace, 0);
     }
 }
 
@@ -2001,6 +2004,11 @@ uint64_t tn_plog_visible_next(tn_plog_t *plog)
 int tn_plog_err(tn_plog_t *plog)
 {
     return atomic_load(&plog->err);
+}
+
+int tn_plog_nospace(tn_plog_t *plog)
+{
+    return atomic_load(&plog->nospace);
 }
 
 void tn_plog_set_durability(tn_plog_t *plog, int mode)

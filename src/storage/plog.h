@@ -184,6 +184,9 @@ struct tn_plog_s {
     atomic_int durability;
     atomic_int err; /* sticky: TN_ECORRUPT, an I/O error, ... */
     char errmsg[512];
+    /* The last write round's full-disk error (UV_ENOSPC, -EDQUOT), which
+     * is not sticky; 0 again once a round writes (tn_plog_nospace). */
+    atomic_int nospace;
     /* Where a TN_ECORRUPT came from, when it was a record of a segment:
      * that segment's base and the next one's base, or
      * TN_PLOG_DAMAGE_ACTIVE for the active segment (bad_end 0: not known).
@@ -431,6 +434,9 @@ uint64_t tn_plog_written_next(tn_plog_t *plog);
 uint64_t tn_plog_durable_next(tn_plog_t *plog);
 uint64_t tn_plog_visible_next(tn_plog_t *plog);
 int tn_plog_err(tn_plog_t *plog);
+/* UV_ENOSPC or -EDQUOT while the last write round found the disk full
+ * (its publishes failed, the log did not), 0 once a later one wrote. */
+int tn_plog_nospace(tn_plog_t *plog);
 void tn_plog_stats(tn_plog_t *plog, tn_plog_stats_t *out);
 
 /* How many control records (TN_REC_F_CONTROL: epoch starts, PRODUCER

@@ -12,6 +12,7 @@ ENOSPC, as they do when another program fills the disk between two of
 ternd's disk checks.
 A ledger keeps every message answered OK; each must be there to the end."""
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -94,6 +95,30 @@ class DiskFull(unittest.TestCase):
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
+    def health(self, d):
+        """/ping's answer, and the health /stats gives in JSON and text
+        (nsqd's: 200 OK, or 500 with the same "NOK - <error>" as /stats)."""
+        ping = self.http(d, "/ping")
+        status, body = self.http(d, "/stats?format=json")
+        self.assertEqual(status, 200, body)
+        status, text = self.http(d, "/stats")
+        self.assertEqual(status, 200, text)
+        health = json.loads(body)["health"]
+        self.assertIn(b"\nHealth: %s\n" % health.encode(), text)
+        return ping, health
+
+    def assert_healthy(self, d):
+        self.assertEqual(self.health(d), ((200, b"OK"), "OK"))
+
+    def assert_unhealthy(self, d, error):
+        """error: what must follow "NOK - " (its start when it ends with ...)."""
+        (status, body), health = self.health(d)
+        self.assertEqual((status, body.decode()), (500, health))
+        if error.endswith("..."):
+            self.assertTrue(health.startswith("NOK - " + error[:-3]), health)
+        else:
+            self.assertEqual(health, "NOK - " + error)
+
     def publish_until_refused(self, d, ledger, first):
         """PUBs 4 KB messages numbered from first until five in a row are
         refused; every answer must be OK or an error frame. Returns the
@@ -151,6 +176,9 @@ class DiskFull(unittest.TestCase):
         self.assertGreater(len(ledger), 100)
         self.assertTrue(refusals[0].startswith(b"E_PUB_FAILED"), refusals)
         self.assertIn(b"no space left on device", refusals[0])
+        # /ping says so as nsqd's does after a failed write, until one succeeds.
+        self.assert_unhealthy(d, "partition t/...")
+        self.assertIn("no space left on device", self.health(d)[1])
         # No spin: the refused publishes leave ternd idle.
         t0 = cpu_ticks(d.proc.pid)
         time.sleep(2)
@@ -176,6 +204,7 @@ class DiskFull(unittest.TestCase):
             c.close()
         self.assertEqual(answers[-1], (FRAME_RESPONSE, b"OK"),
                          f"refusals {refusals[:2]}, then {answers[-3:]}; log:\n{d.log()[-2000:]}")
+        self.assert_healthy(d)
         log = d.log()
         self.assertLess(log.count("no space left on device"), 10, log)
         # Every acknowledged message is there, and again after a SIGKILL.
@@ -210,6 +239,7 @@ class DiskFull(unittest.TestCase):
 
     def test_fin_on_a_disk_filled_by_another_file(self):
         d = self.start()
+        self.assert_healthy(d)
         c = Conn(d.tcp_port)
         for n in range(300):
             self.assertEqual(c.pub("t", b"%06d" % n + b"x" * 1000), (FRAME_RESPONSE, b"OK"))
@@ -246,6 +276,9 @@ class DiskFull(unittest.TestCase):
         self.assertTrue(refused, "every FIN written on a full disk")
         self.assertEqual(self.http(d, "/readyz"), (503, b'{"error":"1 channel log(s) failed to '
                          b'write (see the log); restart ternd once the disk is fixed"}\n'))
+        # /ping and /stats say what /readyz says, in nsqd's words.
+        self.assert_unhealthy(d, "1 channel log(s) failed to write (see the log); restart "
+                              "ternd once the disk is fixed")
         t0 = cpu_ticks(d.proc.pid)
         time.sleep(2)
         self.assertLess(cpu_ticks(d.proc.pid) - t0, 50, "ternd busy on a full disk")
@@ -256,6 +289,7 @@ class DiskFull(unittest.TestCase):
         os.unlink(os.path.join(self.mnt, "filler"))
         self.assertEqual(d.stop(), 0, d.log())
         d = self.start()
+        self.assert_healthy(d)
         again = self.consume_all(d, "k")
         self.assertFalse(refused - again, "refused FINs' messages not delivered again")
         self.assertEqual(set(ids.values()) | again, set(range(300)))

@@ -203,6 +203,11 @@ class ScrubTest(unittest.TestCase):
         # scrub's isolation as any other; checked wherever it is served.
         if ISOLATED in m:
             self.assertEqual(m[ISOLATED], 1)
+        # nsqd's health signal says so too (/ping 500, /stats "health").
+        nok = (f"NOK - partition {TOPIC}/0: data failed its checksum or structure check; "
+               "it refuses writes until restart")
+        self.assertEqual(self.request("GET", "/ping"), (500, nok.encode()))
+        self.assertEqual(self.json("GET", "/stats?format=json")["health"], nok)
 
         # Partition 0 is isolated, partition 1 serves.
         refused = self.produce(0, "after")

@@ -93,11 +93,69 @@ static void answer_done(tn_http_request_t *r)
 
 /* --- /ping, /info, health -------------------------------------------------- */
 
+/* Why channel logs refuse writes until a restart (/readyz and health). */
+static int logs_failed_why(const tn_nsq_http_t *api, char *out, size_t size)
+{
+    return snprintf(out, size,
+                    "%u channel log(s) failed to write (see the log); "
+                    "restart ternd once the disk is fixed",
+                    tn_broker_logs_failed(api->broker));
+}
+
+/* The failures health() names: the first one's words, and how many. */
+typedef struct {
+    char first[400];
+    uint32_t n;
+} failures_t;
+
+static void part_failure(tn_topic_t *t, uint32_t p, void *arg)
+{
+    failures_t *f = arg;
+    int err = tn_plog_err(t->parts[p]->plog);
+    int full = err == 0 ? tn_plog_nospace(t->parts[p]->plog) : 0;
+    if (err == 0 && full == 0)
+        return;
+    if (f->n++ == 0)
+        snprintf(f->first, sizeof(f->first), "partition %s/%" PRIu32 ": %s; %s", t->name, p,
+                 tn_strerror(err != 0 ? err : full),
+                 err != 0 ? "it refuses writes until restart"
+                          : "publishes to it fail until space is freed");
+}
+
+/* nsqd's health (its GetHealth): "OK", or "NOK - <error>" while writes to
+ * this node's storage fail: channel logs that failed (until a restart), a
+ * partition's log that failed (sticky), or one whose last write found the
+ * disk full (until a write to it succeeds). The first failure found is
+ * named, with how many more there are. out gets the text; returns
+ * whether healthy. */
+static bool health(const tn_nsq_http_t *api, char *out, size_t size)
+{
+    failures_t f = {.n = 0};
+    if (api->broker != NULL) {
+        if (tn_broker_logs_failed(api->broker) != 0) {
+            logs_failed_why(api, f.first, sizeof(f.first));
+            f.n++;
+        }
+        tn_broker_each_local_part(api->broker, part_failure, &f);
+    }
+    if (f.n == 0)
+        snprintf(out, size, "OK");
+    else if (f.n == 1)
+        snprintf(out, size, "NOK - %s", f.first);
+    else
+        snprintf(out, size, "NOK - %s (and %" PRIu32 " more)", f.first, f.n - 1);
+    return f.n == 0;
+}
+
 static void on_ping(tn_http_request_t *r, void *arg)
 {
-    (void)arg;
-    /* nsqd answers a bare OK here, without the v1 header. */
-    tn_http_respond(r, 200, "text/plain; charset=utf-8", wants_v1(r) ? V1_HEADER : NULL, "OK", 2);
+    tn_nsq_http_t *api = arg;
+    /* nsqd answers a bare OK here, without the v1 header, or 500 with its
+     * health text (http.go's pingHandler). */
+    char h[512];
+    bool ok = health(api, h, sizeof(h));
+    tn_http_respond(r, ok ? 200 : 500, "text/plain; charset=utf-8", wants_v1(r) ? V1_HEADER : NULL,
+                    h, strlen(h));
 }
 
 static void on_info(tn_http_request_t *r, void *arg)
@@ -166,10 +224,9 @@ static void on_readyz(tn_http_request_t *r, void *arg)
     else if (api->ready && api->broker != NULL && tn_broker_logs_failed(api->broker) != 0) {
         /* Says what is wrong: a restart is the way back (operations.md). */
         char why[160];
-        int n = snprintf(why, sizeof(why),
-                         "{\"error\":\"%u channel log(s) failed to write (see the log); "
-                         "restart ternd once the disk is fixed\"}\n",
-                         tn_broker_logs_failed(api->broker));
+        int n = snprintf(why, sizeof(why), "{\"error\":\"");
+        n += logs_failed_why(api, why + n, sizeof(why) - (size_t)n);
+        n += snprintf(why + n, sizeof(why) - (size_t)n, "\"}\n");
         tn_http_respond(r, 503, "application/json; charset=utf-8", "Retry-After: 1\r\n", why,
                         (size_t)n);
     } else
@@ -372,8 +429,11 @@ static void stats_json(tn_nsq_http_t *api, const tn_http_request_t *r, tn_buf_t 
                        const char *ftopic, const char *fchan, bool clients)
 {
     static const char latency[] = "\"e2e_processing_latency\":{\"count\":0,\"percentiles\":null}";
-    appendf(b, "{\"version\":\"%s\",\"health\":\"OK\",\"start_time\":%" PRId64 ",\"topics\":",
-            api->version, api->start_time);
+    char h[512];
+    health(api, h, sizeof(h));
+    appendf(b, "{\"version\":\"%s\",\"health\":", api->version);
+    tn__v1_json_str(b, h);
+    appendf(b, ",\"start_time\":%" PRId64 ",\"topics\":", api->start_time);
     size_t nt;
     tn_topic_t **topics = stats_topics(api, r, ftopic, &nt);
     if (nt == 0 && ftopic[0] != '\0') {
@@ -464,8 +524,10 @@ static void stats_text(tn_nsq_http_t *api, const tn_http_request_t *r, tn_buf_t 
     gmtime_r(&start, &tm);
     strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
     int64_t up = tn_now_wall_ns() / 1000000000 - api->start_time;
-    appendf(b, "ternd v%s\nstart_time %s\nuptime %" PRId64 "s\n\nHealth: OK\n", api->version, when,
-            up);
+    char h[512];
+    health(api, h, sizeof(h));
+    appendf(b, "ternd v%s\nstart_time %s\nuptime %" PRId64 "s\n\nHealth: %s\n", api->version, when,
+            up, h);
     size_t nt;
     tn_topic_t **topics = stats_topics(api, r, ftopic, &nt);
     appendf(b, nt == 0 ? "\nTopics: None\n" : "\nTopics:");
