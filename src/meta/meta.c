@@ -3118,6 +3118,11 @@ const tn_meta_state_t *tn_meta_state(const tn_meta_t *m)
     return &m->state;
 }
 
+const uint64_t *tn_meta_access_gen(const tn_meta_t *m)
+{
+    return &m->state.access_gen;
+}
+
 bool tn_meta_ready(tn_meta_t *m)
 {
     return m->ready && !m->closing;

@@ -320,6 +320,14 @@ void tn_meta_on_change(tn_meta_t *m, void (*cb)(void *arg), void *arg);
 int tn_meta_heard(tn_meta_t *m, uint64_t id, uint64_t *ago_ms, bool *recent);
 /* The local replica, for reads. */
 const tn_meta_state_t *tn_meta_state(const tn_meta_t *m);
+/* The local replica's access generation (meta/state.h access_gen): it
+ * moves whenever a topic's owner, a user or a grant may have changed,
+ * here or through a snapshot, so a decision about access taken at one
+ * value holds while it reads the same. Borrowed: valid until m is freed
+ * (tn_meta_close; tn_meta_drain leaves it), read on the loop thread,
+ * which alone applies; a door reads it per delivery, for a few
+ * instructions. */
+const uint64_t *tn_meta_access_gen(const tn_meta_t *m);
 /* This node's incarnation (opts->incarnation). */
 uint64_t tn_meta_incarnation(const tn_meta_t *m);
 /* This process's random boot id, which its registrations carry (0 when

@@ -1531,8 +1531,20 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     }
 }
 
+/* Whether a command of type t may change who may touch a topic (the
+ * access_gen rule, state.h). */
+static bool access_cmd(uint8_t t)
+{
+    return t == TN_MC_TOPIC_PUT || t == TN_MC_TOPIC_DELETE || t == TN_MC_TOPIC_FACTOR ||
+           t == TN_MC_TOPIC_GROW_FOR || t == TN_MC_USER_PUT || t == TN_MC_USER_DELETE;
+}
+
 int tn_meta_state_apply(tn_meta_state_t *s, const tn_meta_cmd_t *c)
 {
+    /* Bumped whatever the answer: a refused command changes nothing, but
+     * one more recheck costs little. */
+    if (access_cmd(c->type))
+        s->access_gen++;
     return apply(s, c, false);
 }
 
@@ -1716,6 +1728,7 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
     }
     settle_children(&fresh);
     fresh.users_version = users_version;
+    fresh.access_gen = s->access_gen + 1;
     fresh.pstate_cb = s->pstate_cb;
     fresh.pstate_arg = s->pstate_arg;
     tn_meta_state_fini(s);

@@ -115,7 +115,14 @@ typedef struct {
     tn_meta_member_t *members; /* sorted by id */
     size_t nmembers;
     size_t mcap;
-    uint64_t users_version;  /* bumped by every user change (credential caches key on it) */
+    uint64_t users_version; /* bumped by every user change (credential caches key on it) */
+    /* Bumped by every apply of a topic or user command (TOPIC_*,
+     * USER_*), applied or refused, and by every restore: who may touch a
+     * topic (its owner, a dead-letter parent's owner, users and their
+     * grants) changes only with it. This replica's own count, not in
+     * snapshots; the doors key decisions they cache on it
+     * (tn_meta_access_gen). */
+    uint64_t access_gen;
     uint64_t unassigned;     /* partitions with no owner, over every topic */
     tn_pstate_node_t *nodes; /* the members as partstate sees them (derived) */
     size_t nodes_cap;

@@ -383,6 +383,54 @@ static void test_snapshot_user_fresh_restores_as_written(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* The access generation (state.h access_gen) moves with every topic or
+ * user command, applied or refused, and with a restore; channels and
+ * members leave it, so an NSQ subscription found open is not asked
+ * again for them. */
+static void test_access_gen(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    uint64_t g = s.access_gen;
+    assert_int_equal(tn_meta_state_apply(&s, &(tn_meta_cmd_t){.type = TN_MC_NOOP}), 0);
+    tn_meta_cmd_t m = tu_meta_rec_cmd(1, 0, 0);
+    assert_int_equal(tn_meta_state_apply(&s, &m), 0);
+    assert_true(s.access_gen == g);
+    tn_meta_cmd_t c = topic("t", "", 0);
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    assert_true(s.access_gen == ++g);
+    tn_meta_cmd_t ch = {.type = TN_MC_CHANNEL_PUT};
+    snprintf(ch.topic.name, sizeof(ch.topic.name), "t");
+    snprintf(ch.channel, sizeof(ch.channel), "c");
+    assert_int_equal(tn_meta_state_apply(&s, &ch), 0);
+    assert_true(s.access_gen == g);
+    c = topic("t", "alice", 0); /* given an owner */
+    c.if_absent = false;
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    assert_true(s.access_gen == ++g);
+    c = user("alice", false);
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    assert_true(s.access_gen == ++g);
+    assert_int_equal(tn_meta_state_apply(&s, &c), UV_EEXIST); /* refused: moves anyway */
+    assert_true(s.access_gen == ++g);
+    c = user_delete("alice", false);
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    assert_true(s.access_gen == ++g);
+    c = (tn_meta_cmd_t){.type = TN_MC_TOPIC_DELETE};
+    snprintf(c.topic.name, sizeof(c.topic.name), "t");
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    assert_true(s.access_gen == ++g);
+    /* A restore replaces the state: it moves, and is not restored. */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_state_snapshot(&s, &b), 0);
+    assert_int_equal(tn_meta_state_restore(&s, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    assert_true(s.access_gen == ++g);
+    tn_buf_fini(&b);
+    tn_meta_state_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -392,6 +440,7 @@ int main(void)
         cmocka_unit_test(test_owner_change_carries_dead_letter_topics),
         cmocka_unit_test(test_owner_change_carries_only_its_own),
         cmocka_unit_test(test_snapshot_user_fresh_restores_as_written),
+        cmocka_unit_test(test_access_gen),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
