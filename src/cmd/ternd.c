@@ -1247,6 +1247,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     d->broker->dlq_refused_arg = d;
     nopts.is_protected = nsq_protected;
     nopts.protected_arg = d;
+    nopts.protected_gen = tn_meta_access_gen(d->meta); /* drained after the doors close */
     if (cfg->nsq_auth == TN_NSQ_AUTH_USERS)
         nopts.pub_refused = nsq_pub_refused;
     nopts.router = d->router;

@@ -13,6 +13,13 @@ Owners.test_deleted_user_and_owner_change, three nodes:
   - node 3 restarts (its replica is rebuilt from its snapshot and log):
     it shows the same owners.
 
+Owners.test_an_owner_given_elsewhere_ends_an_open_consumer, three nodes:
+an anonymous NSQ consumer on node 2's open door, found allowed at its
+first delivery, is asked again only once node 2's replica applies a
+change of owners (docs/performance.md): an admin gives the topic an owner
+through node 1, and the consumer ends with E_UNAUTHORIZED before its next
+message.
+
 Run: python3 tests/cluster/test_owners.py --ternd build/ternd
 """
 import os
@@ -21,6 +28,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import basic, wait_until  # noqa: E402
+from nsqwire import Conn, FRAME_ERROR, FRAME_RESPONSE  # noqa: E402  (tests/e2e, via harness)
 
 GRANTS = [{"action": "create", "patterns": ["own*"]},
           {"action": "produce", "patterns": ["own*"]}]
@@ -97,6 +105,32 @@ class Owners(harness.ClusterTest):
         n3.start()
         n3.wait_ready()
         self.owners_everywhere(c, want)
+
+    def test_an_owner_given_elsewhere_ends_an_open_consumer(self):
+        c = self.make(3).start()
+        c.wait_alive(3)
+        n1, n2, _ = c.nodes
+        status, info = n2.nsq_http("GET", "/info")
+        self.assertEqual(status, 200, info)
+        t = "opent"
+        sub = Conn(info["tcp_port"])
+        self.assertEqual(sub.sub(t, "ch"), (FRAME_RESPONSE, b"OK"))
+        sub.rdy(10)
+        pub = Conn(info["tcp_port"])
+        self.assertEqual(pub.pub(t, b"open"), (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(sub.read_message().body, b"open")  # left in flight
+        self.owners_everywhere(c, {t: None})
+        status, body = n1.request("PATCH", f"/v1/topics/{t}", {"owner": "admin"})
+        self.assertEqual(status, 200, body)
+        self.owners_everywhere(c, {t: "admin"})
+        status, body = n2.request("POST", f"/pub?topic={t}", b"owned")  # as admin
+        self.assertEqual(status, 200, body)
+        kind, data = sub.read_frame()
+        self.assertEqual(kind, FRAME_ERROR, data)
+        self.assertTrue(data.startswith(b"E_UNAUTHORIZED"), data)
+        self.assertIn(b"protected", data)
+        self.assertTrue(sub.expect_closed())
+        pub.close()
 
 
 if __name__ == "__main__":

@@ -113,6 +113,10 @@ struct conn_s { // NOLINT(clang-analyzer-optin.performance.Padding)
      * leases go back to the channel when the consumer detaches). */
     bool recheck_due;
     tn_buf_t unchecked;
+    /* Without AUTH: the opts' protected_gen when the subscription's topic
+     * was last found open (UINT64_MAX: not yet); needs_recheck asks
+     * again only once it moved. */
+    uint64_t open_gen;
 
     /* TLS, once negotiated */
     tn_tls_t *tls;
@@ -977,14 +981,30 @@ static bool open_refused(const conn_t *c, const char *name, const char *topic, c
 
 /* --- a subscription's right, checked again ------------------------------------------ */
 
+/* Without AUTH: whether c's subscribed topic is protected now, asked of
+ * is_protected; an open one is remembered at protected_gen's value. */
+static bool sub_protected(conn_t *c)
+{
+    char text[640];
+    if (open_refused(c, "SUB", c->sub_topic, text, sizeof(text)))
+        return true;
+    if (c->srv->opts.protected_gen != NULL)
+        c->open_gen = *c->srv->opts.protected_gen;
+    return false;
+}
+
 /* Whether c's subscription must be checked before its next message: its
- * grants expired, or (without AUTH) its topic is protected now. */
-static bool needs_recheck(const conn_t *c)
+ * grants expired, or (without AUTH) its topic is protected now. The open
+ * topic's answer holds while protected_gen does: per delivery that is a
+ * comparison, where asking the metastore was ~140 instructions. */
+static bool needs_recheck(conn_t *c)
 {
     if (c->srv->auth != NULL)
         return c->authz->expires_ms <= tn_now_mono_ms();
-    char text[640];
-    return open_refused(c, "SUB", c->sub_topic, text, sizeof(text));
+    const uint64_t *gen = c->srv->opts.protected_gen;
+    if (gen != NULL && c->open_gen == *gen)
+        return false;
+    return sub_protected(c);
 }
 
 /* Whether a message may go to c now. When not, deliveries pause and on_hb
@@ -1556,6 +1576,7 @@ static void on_connection(uv_stream_t *server, int status)
     tn_buf_init(&c->wbuf);
     tn_buf_init(&c->tlsin);
     tn_buf_init(&c->unchecked);
+    c->open_gen = UINT64_MAX;
     tn_snappy_dec_init(&c->sdec);
     tn_snappy_enc_init(&c->senc);
     tn_nsq_client_defaults(&c->opts, s->opts.msg_timeout_ms);

@@ -71,10 +71,17 @@ typedef struct {
     /* Without AUTH configured: whether a topic is closed to this open door
      * (owned through /v1; api/access.h). PUB, MPUB, DPUB and SUB on it are
      * refused with E_UNAUTHORIZED, and a subscription to it ends so
-     * before its next message (asked once per delivery and heartbeat of
-     * a subscription: keep it cheap). NULL: every topic is open. */
+     * before its next message (asked before a subscription's deliveries
+     * while protected_gen moves, and at its heartbeats). NULL: every
+     * topic is open. */
     bool (*is_protected)(void *arg, const char *topic);
     void *protected_arg;
+    /* A counter that moves whenever is_protected's answer may change
+     * (meta.h tn_meta_access_gen; borrowed for the server's lifetime,
+     * read on the loop thread): a subscription found open at one value
+     * is not asked again before its deliveries while it holds. NULL:
+     * asked before every delivery. */
+    const uint64_t *protected_gen;
     /* With auth_local (tern's users): whether the AUTH'ed identity may not
      * PUB, MPUB or DPUB to topic beyond its grants (a dead-letter topic
      * of another's topic, api/access.h); text gets the E_UNAUTHORIZED
