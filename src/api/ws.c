@@ -68,7 +68,10 @@ struct session_s {
     tn_auth_req_t areq;
     bool authing;
     tn_authz_t *authz;
-    char *secret;   /* the secret authz came from, checked again when authz expires; owned */
+    char *secret; /* the secret authz came from, checked again when authz expires; owned */
+    /* Without AUTH: the opts' protected_gen when the topic was last found
+     * open (UINT64_MAX: not yet); auth_current asks again once it moved. */
+    uint64_t open_gen;
     const char *rx; /* input being fed to wslay */
     size_t rx_len;
     uv_timer_t hb;
@@ -663,8 +666,14 @@ static bool auth_current(session_t *s)
 {
     tn_ws_t *ws = s->ws;
     if (ws->o.auth == NULL) {
-        if (ws->o.is_protected == NULL || !ws->o.is_protected(ws->o.protected_arg, s->topic))
+        const uint64_t *gen = ws->o.protected_gen;
+        if (gen != NULL && s->open_gen == *gen)
+            return true; /* found open, and nothing changed since */
+        if (ws->o.is_protected == NULL || !ws->o.is_protected(ws->o.protected_arg, s->topic)) {
+            if (gen != NULL)
+                s->open_gen = *gen;
             return true;
+        }
         if (s->fail_code == NULL)
             ws->st.auth_failures++;
         fail_soon(s, "E_UNAUTHORIZED",
@@ -997,6 +1006,7 @@ static session_t *session_new(tn_ws_t *ws, const char *topic, const char *remote
     s->ws = ws;
     s->refs = 3; /* the session, and its two timers until closed */
     s->id = ++ws->next_id;
+    s->open_gen = UINT64_MAX;
     snprintf(s->topic, sizeof(s->topic), "%s", topic);
     snprintf(s->remote, sizeof(s->remote), "%s", remote);
     uv_timer_init(ws->loop, &s->hb);

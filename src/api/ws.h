@@ -59,6 +59,12 @@ typedef struct {
      * through /v1; api/access.h). NULL: every topic is open. */
     bool (*is_protected)(void *arg, const char *topic);
     void *protected_arg;
+    /* A counter that moves whenever is_protected's answer may change
+     * (meta.h tn_meta_access_gen; borrowed for the feed's lifetime, read
+     * on the loop thread): a feed found open at one value is not asked
+     * again before its frames while it holds. NULL: asked before every
+     * frame. */
+    const uint64_t *protected_gen;
     const bool *ready; /* the node's readiness (borrowed) */
     /* The node's drain (api/drain.h; borrowed, NULL: none): new feeds get
      * 503 E_DRAINING while it runs (it closes the open ones itself). */

@@ -1389,6 +1389,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         wopts->drain = d->drain;
         wopts->is_protected = nsq_protected;
         wopts->protected_arg = d;
+        wopts->protected_gen = tn_meta_access_gen(d->meta);
         if ((rc = tn_ws_new(loop, wopts, &d->ws)) == 0)
             rc = tn_ws_register(d->http, d->ws);
         if (rc != 0) {
