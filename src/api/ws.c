@@ -681,7 +681,9 @@ static bool auth_current(session_t *s)
                   "auth configured");
         return false;
     }
-    if (s->authz == NULL || s->secret == NULL || s->authz->expires_ms > tn_now_mono_ms())
+    /* The loop's clock, as the NSQ door's needs_recheck: no clock read a
+     * frame. */
+    if (s->authz == NULL || s->secret == NULL || s->authz->expires_ms > (int64_t)uv_now(ws->loop))
         return true;
     if (s->authing)
         return false;

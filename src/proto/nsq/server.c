@@ -996,11 +996,14 @@ static bool sub_protected(conn_t *c)
 /* Whether c's subscription must be checked before its next message: its
  * grants expired, or (without AUTH) its topic is protected now. The open
  * topic's answer holds while protected_gen does: per delivery that is a
- * comparison, where asking the metastore was ~140 instructions. */
+ * comparison, where asking the metastore was ~140 instructions. Expiry
+ * is judged on the loop's clock (uv_now, the same monotonic base, at
+ * most one loop pass behind): a clock read per delivery is not worth
+ * the milliseconds against a ttl of seconds. */
 static bool needs_recheck(conn_t *c)
 {
     if (c->srv->auth != NULL)
-        return c->authz->expires_ms <= tn_now_mono_ms();
+        return c->authz->expires_ms <= (int64_t)uv_now(c->srv->loop);
     const uint64_t *gen = c->srv->opts.protected_gen;
     if (gen != NULL && c->open_gen == *gen)
         return false;
