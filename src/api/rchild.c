@@ -315,9 +315,14 @@ static void try_send(part_t *p)
     tn_buf_init(&b);
     size_t count = 0, bytes = 0;
     tn_buf_append(&b, "[", 1);
+    int64_t wall = tn_now_wall_ms();
     while (count < p->n && count < BATCH_MAX) {
         const held_t *h = &p->v[count];
         if (count > 0 && bytes + h->body->len > BATCH_BYTES)
+            break;
+        /* A delayed child's batch ends at the first message not due yet
+         * (v[0] is: checked above); the tick sends that one when it is. */
+        if (count > 0 && r->delay_ms > 0 && h->publish_ns / 1000000 + r->delay_ms > wall)
             break;
         if (count > 0)
             tn_buf_append(&b, ",", 1);

@@ -37,7 +37,8 @@ reaches its Location (a listener of the test counts them); a check sees
 the 302 as refused too; a 500 gets `server_error`; the remote's body,
 reason phrase and headers show nowhere (GET children, GET /v1/remotes, a
 check's answer, /metrics, the log); the only Authorization the remote saw
-is the one it should. Names resolving to refused addresses: the source
+is the one it should. A delayed child sends each message at its own due
+time, not carried along early in an older message's batch. Names resolving to refused addresses: the source
 runs in a mount namespace of its own with a hosts file of this test
 bind-mounted over /etc/hosts there (`unshare --mount`; the machine's file
 is untouched); a name only that file knows, resolving to an allowed
@@ -57,6 +58,7 @@ import socket
 import ssl
 import sys
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -532,6 +534,7 @@ class FakeRemote:
         self.status = 202
         self.location = ""
         self.payloads = []
+        self.arrived = {}  # payload: time.monotonic() of its first arrival
         self.requests = 0
         self.auth = set()
         outer = self
@@ -550,7 +553,9 @@ class FakeRemote:
                 st = outer.status
                 if st == 202:
                     for m in json.loads(body):
-                        outer.payloads.append(base64.b64decode(m["payload"]).decode())
+                        payload = base64.b64decode(m["payload"]).decode()
+                        outer.payloads.append(payload)
+                        outer.arrived.setdefault(payload, time.monotonic())
                     out = json.dumps({"accepted": len(json.loads(body))}).encode()
                 else:
                     out = b'{"error":"SECRET-REMOTE-BODY must never show"}'
@@ -710,6 +715,36 @@ class Blind(harness.ClusterTest):
         self.assertEqual(set(codes.values()), {0}, codes)
         self.assertNotIn("SECRET-REMOTE", c.logs())
         self.assertNotIn(PW1, c.logs())
+
+    def test_delayed_child_sends_each_message_when_due(self):
+        """A delayed remote child sends each message once its own publish
+        time plus the delay has passed: a message published 2.5 s after
+        another is not carried along in the first one's batch."""
+        c = self.source(allow=True)
+        s = c.nodes[0]
+        self.add_remote(s, "fake", "127.0.0.1")
+        st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": 1,
+                                                    "replication_factor": 1})
+        self.assertEqual(st, 201, body)
+        st, body = s.request("POST", "/v1/topics/orders/children",
+                             {"child": "orders", "remote": "fake", "fanout_delay_ms": 4000},
+                             headers=HDR, timeout=60)
+        self.assertEqual(st, 201, body)
+        published = {}
+        for i in range(2):
+            if i > 0:
+                time.sleep(2.5)
+            st, body = s.request("POST", "/v1/topics/orders/produce/batch",
+                                 [{"payload": f"d-{i}", "key": "k"}], headers=HDR)
+            self.assertEqual(st, 202, body)
+            published[f"d-{i}"] = time.monotonic()
+        wait_until("both delayed messages at the fake",
+                   lambda: {"d-0", "d-1"} <= set(self.fake.arrived), 60)
+        for name, at in published.items():
+            early = at + 4.0 - self.fake.arrived[name]
+            self.assertLess(early, 0.3, f"{name} arrived {early:.2f} s before it was due")
+        codes = c.stop()
+        self.assertEqual(set(codes.values()), {0}, codes)
 
     def test_names_resolving_to_refused_addresses(self):
         """The source runs in a mount namespace of its own whose /etc/hosts
