@@ -12,8 +12,9 @@
 #include <string.h>
 #include <uv.h>
 
-enum { F_NONE = -1, F_PAYLOAD, F_ENCODING, F_KEY, F_PARTITION, F_COUNT };
-static const char *const field_names[F_COUNT] = {"payload", "payload_encoding", "key", "partition"};
+enum { F_NONE = -1, F_PAYLOAD, F_ENCODING, F_KEY, F_KEY_ENCODING, F_PARTITION, F_COUNT };
+static const char *const field_names[F_COUNT] = {"payload", "payload_encoding", "key",
+                                                 "key_encoding", "partition"};
 
 typedef struct {
     tn_batch_t *b;
@@ -24,6 +25,7 @@ typedef struct {
     int field;    /* the key being read at depth 2 */
     bool seen[F_COUNT];
     bool base64;
+    bool key_base64; /* key_encoding "base64": the key decoded when the message ends */
     bool string_payload;
     tn_buf_t raw;                      /* a non-string payload being written out as JSON */
     bool comma[TN_JSON_MAX_DEPTH + 2]; /* raw: a value was written at this depth */
@@ -135,14 +137,21 @@ static int scalar(ctx_t *x, const char *text, size_t tlen, const unsigned char *
             return payload_done(x, s, slen, true);
         return payload_done(x, text, tlen, false);
     case F_ENCODING:
+    case F_KEY_ENCODING:
         if (!is_string || slen != 6 || memcmp(s, "base64", 6) != 0)
-            return fail(x, "message %" PRIu32 ": payload_encoding must be \"base64\"", index_of(x));
-        x->base64 = true;
+            return fail(x, "message %" PRIu32 ": %s must be \"base64\"", index_of(x),
+                        field_names[f]);
+        if (f == F_ENCODING)
+            x->base64 = true;
+        else
+            x->key_base64 = true;
         return 1;
     case F_KEY:
         if (!is_string)
             return fail(x, "message %" PRIu32 ": key must be a string", index_of(x));
-        if (slen > x->max_key)
+        /* Room for a base64 key here; its length is checked once decoded
+         * (when the message ends). */
+        if (slen > x->max_key / 3 * 4 + 4)
             return fail(x, "message %" PRIu32 ": key longer than %zu bytes", index_of(x),
                         x->max_key);
         m->key_off = x->b->data.len;
@@ -210,6 +219,7 @@ static int open_value(ctx_t *x, char brace)
         m->partition = -1;
         memset(x->seen, 0, sizeof(x->seen));
         x->base64 = false;
+        x->key_base64 = false;
         x->field = F_NONE;
         x->depth = 2;
         return 1;
@@ -253,6 +263,20 @@ static int close_value(ctx_t *x, char brace)
         if (m->payload_len > x->max_msg_size)
             return fail(x, "message %" PRIu32 ": payload larger than %" PRIu64 " bytes",
                         index_of(x), x->max_msg_size);
+        if (x->key_base64 && !x->seen[F_KEY])
+            return fail(x, "message %" PRIu32 ": key_encoding needs a key", index_of(x));
+        if (x->key_base64) {
+            /* Decoded in place, as a payload. */
+            size_t n = 0;
+            char *enc = x->b->data.base + m->key_off;
+            if (m->key_len > 0 &&
+                tn_base64_decode(enc, m->key_len, (unsigned char *)enc, m->key_len, &n) != 0)
+                return fail(x, "message %" PRIu32 ": key is not valid base64", index_of(x));
+            m->key_len = n;
+        }
+        if (m->key_len > x->max_key)
+            return fail(x, "message %" PRIu32 ": key longer than %zu bytes", index_of(x),
+                        x->max_key);
         x->depth = 1;
         return 1;
     }

@@ -8,11 +8,13 @@
  *
  * A batch produce body is a JSON array of message objects:
  *   {"payload": <JSON value>, "payload_encoding": "base64",
- *    "key": "<string>", "partition": <int >= 0>}
+ *    "key": "<string>", "key_encoding": "base64", "partition": <int >= 0>}
  * payload is required. A string payload is the message's bytes (UTF-8),
  * or with payload_encoding "base64" (the only encoding) the bytes it
  * encodes; any other JSON value is stored as its JSON text (compact), so
- * a consume renders it back as the same value.
+ * a consume renders it back as the same value. A key is its UTF-8 bytes,
+ * or with key_encoding "base64" the bytes it encodes (as a consume shows
+ * a key that is not UTF-8); max_key bounds the decoded key.
  *
  * A batch ack body is a JSON array of receipt handle strings.
  *

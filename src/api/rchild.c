@@ -328,10 +328,15 @@ static void try_send(part_t *p)
             tn_buf_append(&b, ",", 1);
         tn_buf_append(&b, "{\"payload_encoding\":\"base64\",\"payload\":", 39);
         json_bytes_b64(&b, h->body);
-        if (h->key != NULL && h->key->len > 0) {
+        if (h->key != NULL && h->key->len > 0 && tn_utf8_valid(h->key->data, h->key->len)) {
             tn_buf_append(&b, ",\"key\":\"", 8);
             tn_buf_json_escape_n(&b, h->key->data, h->key->len);
             tn_buf_append(&b, "\"", 1);
+        } else if (h->key != NULL && h->key->len > 0) {
+            /* Any bytes are a key on the parent; a JSON string holds only
+             * UTF-8 (the remote would refuse the batch, for good). */
+            tn_buf_append(&b, ",\"key_encoding\":\"base64\",\"key\":", 31);
+            json_bytes_b64(&b, h->key);
         }
         tn_buf_append(&b, "}", 1);
         bytes += h->body->len;

@@ -27,7 +27,8 @@ none lost), and, on a three-node source
 one that made the parent, messages produced through every node), a SIGKILL
 of the leader of parent partition 0 (its cursor moves to the new leader;
 a batch sent again may repeat messages, never skips or reorders first
-arrivals). DELETE of the remote is refused
+arrivals); a key that is not UTF-8 arrives as the same bytes (base64
+with key_encoding), not holding back what follows. DELETE of the remote is refused
 (409) while the child uses it; after the detach it goes. The password is
 absent from every file under every data directory and from the logs.
 
@@ -453,6 +454,39 @@ class RemoteChildren(harness.ClusterTest):
         self.assertNotIn("authentication required", s.log())
         self.assert_clean_stop(src, dst)
         self.assert_password_nowhere(src, dst)
+
+    def test_binary_key_reaches_the_remote(self):
+        """A key that is not UTF-8 (a produce's `?key=%ff`: any bytes are a
+        key on the parent) reaches the remote as the same bytes, and does
+        not hold back the messages after it."""
+        dst, ca_pem = self.make_dst()
+        src = self.make_src(1, dst)
+        s = src.nodes[0]
+        self.add_remote(s, dst, ca_pem)
+        st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": 1,
+                                                    "replication_factor": 1})
+        self.assertEqual(st, 201, body)
+        st, body = s.request("POST", "/v1/topics/orders/children",
+                             {"child": "orders", "remote": "eu"}, headers=HDR, timeout=60)
+        self.assertEqual(st, 201, body)
+        for key, payload in (("%ff%fe", "binary-key"), ("k%C3%A9", "utf8-key")):
+            st, body = s.request("POST", f"/v1/topics/orders/produce?key={key}", payload,
+                                 headers=HDR)
+            self.assertEqual(st, 202, body)
+        self.produce(s, 0, 3)
+        wait_until("every message at the remote", lambda: self.count_at_dst(dst) >= 5, 30)
+        keys = {}
+        for msgs in self.received(dst).values():
+            for _, key, payload in msgs:
+                keys[payload] = key
+        st, body = dst.nodes[0].request("GET", "/v1/topics/orders/consume?channel=keys&max=10",
+                                        headers=HDR)
+        self.assertEqual(st, 200, body)
+        raw = {m["payload"]: (m.get("key"), m.get("key_encoding")) for m in body["messages"]}
+        self.assertEqual(raw["binary-key"], ("//4=", "base64"))  # 0xff 0xfe
+        self.assertEqual(raw["utf8-key"], ("k\u00e9", None))
+        self.assertEqual(keys["m-2"], "k2")
+        self.assert_clean_stop(src, dst)
 
     def leaders(self, node, topic):
         st, body = node.request("GET", f"/v1/topics/{topic}")

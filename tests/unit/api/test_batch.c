@@ -49,6 +49,19 @@ static void test_shapes(void **state)
     expect_payload(&b, 3, "true");
     assert_int_equal(b.msgs[3].partition, 3);
     tn_batch_fini(&b);
+    /* Keys in base64 (any bytes), the encoding before or after the key;
+     * max_key bounds the decoded key (8 bytes: 12 characters). */
+    assert_int_equal(
+        decode("[{\"payload\":\"a\",\"key_encoding\":\"base64\",\"key\":\"//4=\"},"
+               "{\"payload\":\"b\",\"key\":\"MDEyMzQ1Njc=\",\"key_encoding\":\"base64\"}]",
+               11, &b, err),
+        0);
+    assert_int_equal(b.msgs[0].key_len, 2);
+    assert_memory_equal(b.data.base + b.msgs[0].key_off, "\xff\xfe", 2);
+    assert_int_equal(b.msgs[1].key_len, 8);
+    assert_memory_equal(b.data.base + b.msgs[1].key_off, "01234567", 8);
+    expect_payload(&b, 1, "b");
+    tn_batch_fini(&b);
 }
 
 static void refused(const char *body, uint32_t max, const char *why)
@@ -75,6 +88,15 @@ static void test_refusals(void **state)
             "larger than 16");
     refused("[{\"payload\":\"a\",\"key\":\"123456789\"}]", 10, "key longer than 8");
     refused("[{\"payload\":\"a\",\"key\":1}]", 10, "key must be a string");
+    refused("[{\"payload\":\"a\",\"key\":\"MDEyMzQ1Njc4\",\"key_encoding\":\"base64\"}]", 10,
+            "key longer than 8");
+    refused("[{\"payload\":\"a\",\"key\":\"MDEyMzQ1Njc4OWFiY2Rl\",\"key_encoding\":\"base64\"}]",
+            10, "key longer than 8");
+    refused("[{\"payload\":\"a\",\"key\":\"a!==\",\"key_encoding\":\"base64\"}]", 10,
+            "message 0: key is not valid base64");
+    refused("[{\"payload\":\"a\",\"key_encoding\":\"base64\"}]", 10, "key_encoding needs a key");
+    refused("[{\"payload\":\"a\",\"key\":\"k\",\"key_encoding\":\"hex\"}]", 10,
+            "key_encoding must be \"base64\"");
     refused("[{\"payload\":\"a\",\"partition\":-1}]", 10, "partition must be");
     refused("[{\"payload\":\"a\",\"partition\":1.5}]", 10, "partition must be");
     refused("[{\"payload\":\"a\",\"partition\":\"1\"}]", 10, "partition must be");
