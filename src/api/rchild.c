@@ -24,6 +24,20 @@
 #define TICK_MS       250
 #define SYNC_EVERY_MS 2000
 
+#ifdef TN_TEST
+#include <stdlib.h>
+/* TERN_TEST_RCHILD_LEASE_MS=n (ternd-test): the cursors' leases last n ms
+ * instead of LEASE_MS, so that a test sees one run out while a delayed
+ * message waits. */
+static int64_t lease_ms(void)
+{
+    const char *v = getenv("TERN_TEST_RCHILD_LEASE_MS");
+    return v != NULL && atoi(v) > 0 ? atoi(v) : LEASE_MS;
+}
+#else
+#define lease_ms() ((int64_t)LEASE_MS)
+#endif
+
 typedef struct runner_s runner_t;
 typedef struct client_s client_t;
 
@@ -195,6 +209,24 @@ static client_t *client_for(tn_rchild_t *f, const tn_meta_remote_t *rec)
 
 static void try_send(part_t *p);
 
+/* Renew the lease of held message i for extra_ms beyond a lease, and for a
+ * delayed child's message not due yet until a lease past its due time (a
+ * lease that ran out meanwhile would deliver it to the cursor again, and
+ * it would be sent once per lease of the wait). */
+static void keep_leased(part_t *p, size_t i, int64_t extra_ms)
+{
+    runner_t *r = p->r;
+    const held_t *h = &p->v[i];
+    int64_t ms = lease_ms() + extra_ms;
+    if (r->delay_ms > 0) {
+        int64_t wait = h->publish_ns / 1000000 + r->delay_ms - tn_now_wall_ms();
+        if (wait > 0 && wait + lease_ms() > ms)
+            ms = wait + lease_ms();
+    }
+    if (r->attached)
+        (void)tn_consumer_touch(&r->c, p->partition, h->offset, true, h->nonce, ms);
+}
+
 static void fail_part(part_t *p, tn_rc_class_t cls, int status, const char *why)
 {
     runner_t *r = p->r;
@@ -208,8 +240,7 @@ static void fail_part(part_t *p, tn_rc_class_t cls, int status, const char *why)
     p->next_try_ms = tn_now_mono_ms() + p->backoff_ms;
     /* Keep them leased, in order, until they are sent. */
     for (size_t i = 0; i < p->n && r->attached; i++)
-        (void)tn_consumer_touch(&r->c, p->partition, p->v[i].offset, true, p->v[i].nonce,
-                                LEASE_MS + p->backoff_ms);
+        keep_leased(p, i, p->backoff_ms);
     TN_LOG_RL(TN_LOG_WARN, 10000,
               "remote child %s -> %s:%s (partition %u): sending failed: class %s, status %d "
               "(%s); retrying in %" PRId64 " ms",
@@ -380,6 +411,8 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
     h->publish_ns = d->publish_ns;
     h->body = tn_msg_ref(d->body);
     h->key = d->key != NULL ? tn_msg_ref((tn_msg_t *)d->key) : NULL;
+    if (r->delay_ms > 0)
+        keep_leased(p, p->n - 1, 0);
     try_send(p);
 }
 
@@ -441,12 +474,12 @@ static void runner_start(runner_t *r)
     r->c.deliver = on_deliver;
     r->c.kick = on_kick;
     r->c.data = r;
-    r->c.timeout_ms = LEASE_MS;
+    r->c.timeout_ms = lease_ms();
     tn_consumer_attach(&r->c, ch);
     tn_consumer_credit(&r->c, CREDIT);
     r->attached = true;
-    TN_LOG(TN_LOG_INFO, "remote child %s -> %s:%s running (channel %s)", r->parent, r->remote,
-           r->child, ch->name);
+    TN_LOG(TN_LOG_INFO, "remote child %s -> %s:%s running (channel %s, leases of %" PRId64 " ms)",
+           r->parent, r->remote, r->child, ch->name, lease_ms());
 }
 
 /* The path of the remote's produce/batch for child, with the characters a

@@ -21,7 +21,8 @@
  *      them leased and in order and sends the same batch again after a
  *      back-off (1 s doubling to 60 s), renewing their leases.
  *   4. A delayed child's message is sent once its publish time plus the
- *      delay has passed; a batch ends at the first message not due.
+ *      delay has passed; a batch ends at the first message not due,
+ *      and one not due keeps its lease until a lease past its due time.
  *   5. tn_rchild_sync (every two seconds, and after an attach or detach)
  *      makes the runners match the records; a runner whose record is gone
  *      stops, and its channel is deleted.

@@ -39,7 +39,10 @@ the 302 as refused too; a 500 gets `server_error`; the remote's body,
 reason phrase and headers show nowhere (GET children, GET /v1/remotes, a
 check's answer, /metrics, the log); the only Authorization the remote saw
 is the one it should. A delayed child sends each message at its own due
-time, not carried along early in an older message's batch. Names resolving to refused addresses: the source
+time, not carried along early in an older message's batch. A delayed
+message waiting longer than its cursor's lease (ternd-test's
+TERN_TEST_RCHILD_LEASE_MS) keeps its lease and is sent once, not once
+per lease. Names resolving to refused addresses: the source
 runs in a mount namespace of its own with a hosts file of this test
 bind-mounted over /etc/hosts there (`unshare --mount`; the machine's file
 is untouched); a name only that file knows, resolving to an allowed
@@ -48,7 +51,7 @@ metadata addresses and an IPv4-mapped loopback are refused after
 resolution with the guard's one class and sentence, by the check, the
 check at attach and a cursor's dial, no request reaching the server.
 
-Run: python3 tests/cluster/test_remote_children.py --ternd build/ternd
+Run: python3 tests/cluster/test_remote_children.py --ternd build/ternd-test
 """
 import base64
 import collections
@@ -777,6 +780,40 @@ class Blind(harness.ClusterTest):
         for name, at in published.items():
             early = at + 4.0 - self.fake.arrived[name]
             self.assertLess(early, 0.3, f"{name} arrived {early:.2f} s before it was due")
+        codes = c.stop()
+        self.assertEqual(set(codes.values()), {0}, codes)
+
+    def test_delayed_message_waits_on_its_lease(self):
+        """A delayed child holds a message for longer than its cursor's
+        lease (ternd-test's TERN_TEST_RCHILD_LEASE_MS=1500 against a
+        delay of 6 s): the lease is kept for the wait, so the message is
+        not delivered again to the cursor and sent more than once."""
+        c = self.make(1, args=[f"--remotes-allowed-ports={self.fake.port}",
+                               "--remotes-api-hop-encrypted=true",
+                               "--remotes-allow-addresses=127.0.0.0/8"])
+        env = c.env()
+        env["TERN_TEST_RCHILD_LEASE_MS"] = "1500"
+        c.env = lambda: env
+        c.start()
+        s = c.nodes[0]
+        self.add_remote(s, "fake", "127.0.0.1")
+        st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": 1,
+                                                    "replication_factor": 1})
+        self.assertEqual(st, 201, body)
+        st, body = s.request("POST", "/v1/topics/orders/children",
+                             {"child": "orders", "remote": "fake", "fanout_delay_ms": 6000},
+                             headers=HDR, timeout=60)
+        self.assertEqual(st, 201, body)
+        if "leases of 1500 ms" not in s.log():
+            self.skipTest("needs ternd-test (TERN_TEST_RCHILD_LEASE_MS)")
+        batch = [{"payload": f"w-{i}", "key": "k"} for i in range(3)]
+        st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR)
+        self.assertEqual(st, 202, body)
+        wait_until("the delayed messages at the fake",
+                   lambda: {"w-0", "w-1", "w-2"} <= set(self.fake.payloads), 60)
+        time.sleep(3)  # any copy still coming
+        counts = collections.Counter(self.fake.payloads)
+        self.assertEqual(counts, {"w-0": 1, "w-1": 1, "w-2": 1})
         codes = c.stop()
         self.assertEqual(set(codes.values()), {0}, codes)
 
