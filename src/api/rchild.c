@@ -18,6 +18,7 @@
 #define BATCH_MAX     500
 #define BATCH_BYTES   (4u * 1024 * 1024)
 #define CREDIT        2000
+#define HOLD_BYTES    (16u * 1024 * 1024) /* then no more deliveries until some are sent */
 #define LEASE_MS      300000
 #define BACKOFF_MIN   1000
 #define BACKOFF_MAX   60000
@@ -80,7 +81,9 @@ struct runner_s {
     int64_t delay_ms;
     part_t **parts; /* by partition; each its own allocation (requests point at it) */
     uint32_t nparts;
-    uint32_t outs; /* requests under way */
+    uint32_t outs;       /* requests under way */
+    uint64_t held_bytes; /* of the messages held, payloads and keys */
+    bool throttled;      /* held_bytes reached HOLD_BYTES: credit 0 */
     bool attached, dead, stale, waiting;
     tn_waiter_t wait;
     /* State shown by GET children. */
@@ -104,6 +107,11 @@ struct tn_rchild_s {
 };
 
 /* --- held messages --------------------------------------------------------------- */
+
+static uint64_t held_size(const held_t *h)
+{
+    return h->body->len + (h->key != NULL ? h->key->len : 0);
+}
 
 static void held_drop(held_t *h)
 {
@@ -274,6 +282,7 @@ static void on_sent(void *ud, const tn_rc_result_t *res)
     for (size_t i = 0; i < out; i++) {
         if (r->attached)
             (void)tn_consumer_fin(&r->c, p->partition, p->v[i].offset, true, p->v[i].nonce);
+        r->held_bytes -= held_size(&p->v[i]);
         held_drop(&p->v[i]);
     }
     memmove(p->v, p->v + out, (p->n - out) * sizeof(*p->v));
@@ -284,6 +293,10 @@ static void on_sent(void *ud, const tn_rc_result_t *res)
     p->next_try_ms = 0;
     r->retrying = false;
     r->status = res->status;
+    if (r->throttled && r->held_bytes < HOLD_BYTES && r->attached) {
+        r->throttled = false;
+        tn_consumer_credit(&r->c, CREDIT); /* delivers at the loop's next turn */
+    }
     try_send(p);
 }
 
@@ -411,6 +424,14 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
     h->publish_ns = d->publish_ns;
     h->body = tn_msg_ref(d->body);
     h->key = d->key != NULL ? tn_msg_ref((tn_msg_t *)d->key) : NULL;
+    /* Bounded by bytes too: 2000 large messages would pin gigabytes, and
+     * those far behind a slow remote would outwait their leases (and be
+     * delivered, and sent, again). */
+    r->held_bytes += held_size(h);
+    if (r->held_bytes >= HOLD_BYTES && !r->throttled) {
+        r->throttled = true;
+        tn_consumer_credit(c, 0);
+    }
     if (r->delay_ms > 0)
         keep_leased(p, p->n - 1, 0);
     try_send(p);
@@ -476,7 +497,7 @@ static void runner_start(runner_t *r)
     r->c.data = r;
     r->c.timeout_ms = lease_ms();
     tn_consumer_attach(&r->c, ch);
-    tn_consumer_credit(&r->c, CREDIT);
+    tn_consumer_credit(&r->c, r->throttled ? 0 : CREDIT);
     r->attached = true;
     TN_LOG(TN_LOG_INFO, "remote child %s -> %s:%s running (channel %s, leases of %" PRId64 " ms)",
            r->parent, r->remote, r->child, ch->name, lease_ms());

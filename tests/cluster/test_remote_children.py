@@ -42,7 +42,8 @@ is the one it should. A delayed child sends each message at its own due
 time, not carried along early in an older message's batch. A delayed
 message waiting longer than its cursor's lease (ternd-test's
 TERN_TEST_RCHILD_LEASE_MS) keeps its lease and is sent once, not once
-per lease. Names resolving to refused addresses: the source
+per lease; large messages behind a slow remote (16 MiB held at most)
+are each sent once. Names resolving to refused addresses: the source
 runs in a mount namespace of its own with a hosts file of this test
 bind-mounted over /etc/hosts there (`unshare --mount`; the machine's file
 is untouched); a name only that file knows, resolving to an allowed
@@ -569,6 +570,7 @@ class FakeRemote:
 
     def __init__(self, cert, key):
         self.status = 202
+        self.answer_delay = 0.0  # seconds each answer waits
         self.location = ""
         self.payloads = []
         self.arrived = {}  # payload: time.monotonic() of its first arrival
@@ -587,6 +589,7 @@ class FakeRemote:
                 body = self.rfile.read(n)
                 outer.requests += 1
                 outer.auth.add(self.headers.get("Authorization", ""))
+                time.sleep(outer.answer_delay)
                 st = outer.status
                 if st == 202:
                     for m in json.loads(body):
@@ -814,6 +817,45 @@ class Blind(harness.ClusterTest):
         time.sleep(3)  # any copy still coming
         counts = collections.Counter(self.fake.payloads)
         self.assertEqual(counts, {"w-0": 1, "w-1": 1, "w-2": 1})
+        codes = c.stop()
+        self.assertEqual(set(codes.values()), {0}, codes)
+
+    def test_large_messages_held_within_bounds(self):
+        """Large messages to a slow remote (each answer takes 1 s; 80
+        messages of 512 KiB, 10 batches of 4 MiB) with the cursor's lease
+        made 8 s (ternd-test's TERN_TEST_RCHILD_LEASE_MS): the cursor holds
+        a bounded number of bytes (16 MiB), not 2000 messages whatever
+        their size, so none waits past its lease and each is sent once."""
+        c = self.make(1, args=[f"--remotes-allowed-ports={self.fake.port}",
+                               "--remotes-api-hop-encrypted=true",
+                               "--remotes-allow-addresses=127.0.0.0/8"])
+        env = c.env()
+        env["TERN_TEST_RCHILD_LEASE_MS"] = "8000"
+        c.env = lambda: env
+        c.start()
+        s = c.nodes[0]
+        self.add_remote(s, "fake", "127.0.0.1")
+        st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": 1,
+                                                    "replication_factor": 1})
+        self.assertEqual(st, 201, body)
+        st, body = s.request("POST", "/v1/topics/orders/children",
+                             {"child": "orders", "remote": "fake"}, headers=HDR, timeout=60)
+        self.assertEqual(st, 201, body)
+        if "leases of 8000 ms" not in s.log():
+            self.skipTest("needs ternd-test (TERN_TEST_RCHILD_LEASE_MS)")
+        self.fake.answer_delay = 1.0
+        filler = "x" * (512 * 1024 - 8)
+        for first in range(0, 80, 8):
+            batch = [{"payload": f"{i:08d}{filler}", "key": "k"} for i in range(first, first + 8)]
+            st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR,
+                                 timeout=30)
+            self.assertEqual(st, 202, body)
+        want = {f"{i:08d}" for i in range(80)}
+        wait_until("every large message at the fake",
+                   lambda: {p[:8] for p in self.fake.payloads} >= want, 120)
+        time.sleep(3)  # any copy still coming
+        counts = collections.Counter(p[:8] for p in self.fake.payloads)
+        self.assertEqual([k for k, n in counts.items() if n > 1], [])
         codes = c.stop()
         self.assertEqual(set(codes.values()), {0}, codes)
 
