@@ -289,14 +289,20 @@ class RemoteChildren(harness.ClusterTest):
                     self.assertEqual(files_holding(n.dir, pw.encode()), [], n.dir)
                 self.assertNotIn(pw, c.logs())
 
-    def test_single_node_restart_rotation_and_401(self):
+    def lone_source(self, partitions):
+        """The remote cluster and a one-node source with the remote eu and
+        topic orders of that many partitions: (dst, ca_pem, src, node)."""
         dst, ca_pem = self.make_dst()
         src = self.make_src(1, dst)
         s = src.nodes[0]
         self.add_remote(s, dst, ca_pem)
-        st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": 4,
+        st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": partitions,
                                                     "replication_factor": 1})
         self.assertEqual(st, 201, body)
+        return dst, ca_pem, src, s
+
+    def test_single_node_restart_rotation_and_401(self):
+        dst, ca_pem, src, s = self.lone_source(4)
         # Checks: no check yet; the remote answers, the credential works;
         # with a topic, it is there and the user may produce on it (an
         # empty batch: nothing produced); a missing topic, a topic without
@@ -463,13 +469,7 @@ class RemoteChildren(harness.ClusterTest):
         """A key that is not UTF-8 (a produce's `?key=%ff`: any bytes are a
         key on the parent) reaches the remote as the same bytes, and does
         not hold back the messages after it."""
-        dst, ca_pem = self.make_dst()
-        src = self.make_src(1, dst)
-        s = src.nodes[0]
-        self.add_remote(s, dst, ca_pem)
-        st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": 1,
-                                                    "replication_factor": 1})
-        self.assertEqual(st, 201, body)
+        dst, _, src, s = self.lone_source(1)
         st, body = s.request("POST", "/v1/topics/orders/children",
                              {"child": "orders", "remote": "eu"}, headers=HDR, timeout=60)
         self.assertEqual(st, 201, body)
@@ -676,13 +676,40 @@ class Blind(harness.ClusterTest):
             return None
         return next((c for c in body["children"] if c.get("remote")), None)
 
-    def source(self, allow):
+    def source(self, allow, env_extra=None):
         args = [f"--remotes-allowed-ports={self.fake.port}", "--remotes-api-hop-encrypted=true"]
         if allow:
             args.append("--remotes-allow-addresses=127.0.0.0/8")
         c = self.make(1, args=args)
+        if env_extra:
+            env = {**c.env(), **env_extra}
+            c.env = lambda: env
         c.start()
         return c
+
+    def attached_source(self, delay_ms=0, lease_ms=None):
+        """A source of one node (ternd-test's TERN_TEST_RCHILD_LEASE_MS set
+        when lease_ms is: skipped without ternd-test), the fake as remote
+        fake, topic orders (1 partition) with the fake's orders as a remote
+        child of that delay: (cluster, node)."""
+        c = self.source(True, None if lease_ms is None else
+                        {"TERN_TEST_RCHILD_LEASE_MS": str(lease_ms)})
+        s = c.nodes[0]
+        self.add_remote(s, "fake", "127.0.0.1")
+        self.topic_with_child(s, 1, "fake", delay_ms)
+        if lease_ms is not None and f"leases of {lease_ms} ms" not in s.log():
+            self.skipTest("needs ternd-test (TERN_TEST_RCHILD_LEASE_MS)")
+        return c, s
+
+    def topic_with_child(self, s, partitions, remote, delay_ms=0):
+        """Topic orders on s with the orders of remote as a remote child."""
+        st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": partitions,
+                                                    "replication_factor": 1})
+        self.assertEqual(st, 201, body)
+        st, body = s.request("POST", "/v1/topics/orders/children",
+                             {"child": "orders", "remote": remote, "fanout_delay_ms": delay_ms},
+                             headers=HDR, timeout=60)
+        self.assertEqual(st, 201, body)
 
     def add_remote(self, node, name, host):
         def attempt():
@@ -698,12 +725,7 @@ class Blind(harness.ClusterTest):
         (the check at attach passes: the fake accepts), then the fake
         answers then_status and 5 messages are produced."""
         self.add_remote(node, "fake", host)
-        st, body = node.request("POST", "/v1/topics", {"name": "orders", "partitions": 2,
-                                                       "replication_factor": 1})
-        self.assertEqual(st, 201, body)
-        st, body = node.request("POST", "/v1/topics/orders/children",
-                                {"child": "orders", "remote": "fake"}, headers=HDR, timeout=60)
-        self.assertEqual(st, 201, body)
+        self.topic_with_child(node, 2, "fake")
         self.fake.status = then_status
         batch = [{"payload": f"m-{i}", "key": f"k{i}"} for i in range(5)]
         st, body = node.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR)
@@ -760,16 +782,7 @@ class Blind(harness.ClusterTest):
         """A delayed remote child sends each message once its own publish
         time plus the delay has passed: a message published 2.5 s after
         another is not carried along in the first one's batch."""
-        c = self.source(allow=True)
-        s = c.nodes[0]
-        self.add_remote(s, "fake", "127.0.0.1")
-        st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": 1,
-                                                    "replication_factor": 1})
-        self.assertEqual(st, 201, body)
-        st, body = s.request("POST", "/v1/topics/orders/children",
-                             {"child": "orders", "remote": "fake", "fanout_delay_ms": 4000},
-                             headers=HDR, timeout=60)
-        self.assertEqual(st, 201, body)
+        c, s = self.attached_source(delay_ms=4000)
         published = {}
         for i in range(2):
             if i > 0:
@@ -791,24 +804,7 @@ class Blind(harness.ClusterTest):
         lease (ternd-test's TERN_TEST_RCHILD_LEASE_MS=1500 against a
         delay of 6 s): the lease is kept for the wait, so the message is
         not delivered again to the cursor and sent more than once."""
-        c = self.make(1, args=[f"--remotes-allowed-ports={self.fake.port}",
-                               "--remotes-api-hop-encrypted=true",
-                               "--remotes-allow-addresses=127.0.0.0/8"])
-        env = c.env()
-        env["TERN_TEST_RCHILD_LEASE_MS"] = "1500"
-        c.env = lambda: env
-        c.start()
-        s = c.nodes[0]
-        self.add_remote(s, "fake", "127.0.0.1")
-        st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": 1,
-                                                    "replication_factor": 1})
-        self.assertEqual(st, 201, body)
-        st, body = s.request("POST", "/v1/topics/orders/children",
-                             {"child": "orders", "remote": "fake", "fanout_delay_ms": 6000},
-                             headers=HDR, timeout=60)
-        self.assertEqual(st, 201, body)
-        if "leases of 1500 ms" not in s.log():
-            self.skipTest("needs ternd-test (TERN_TEST_RCHILD_LEASE_MS)")
+        c, s = self.attached_source(delay_ms=6000, lease_ms=1500)
         batch = [{"payload": f"w-{i}", "key": "k"} for i in range(3)]
         st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR)
         self.assertEqual(st, 202, body)
@@ -826,23 +822,7 @@ class Blind(harness.ClusterTest):
         made 8 s (ternd-test's TERN_TEST_RCHILD_LEASE_MS): the cursor holds
         a bounded number of bytes (16 MiB), not 2000 messages whatever
         their size, so none waits past its lease and each is sent once."""
-        c = self.make(1, args=[f"--remotes-allowed-ports={self.fake.port}",
-                               "--remotes-api-hop-encrypted=true",
-                               "--remotes-allow-addresses=127.0.0.0/8"])
-        env = c.env()
-        env["TERN_TEST_RCHILD_LEASE_MS"] = "8000"
-        c.env = lambda: env
-        c.start()
-        s = c.nodes[0]
-        self.add_remote(s, "fake", "127.0.0.1")
-        st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": 1,
-                                                    "replication_factor": 1})
-        self.assertEqual(st, 201, body)
-        st, body = s.request("POST", "/v1/topics/orders/children",
-                             {"child": "orders", "remote": "fake"}, headers=HDR, timeout=60)
-        self.assertEqual(st, 201, body)
-        if "leases of 8000 ms" not in s.log():
-            self.skipTest("needs ternd-test (TERN_TEST_RCHILD_LEASE_MS)")
+        c, s = self.attached_source(lease_ms=8000)
         self.fake.answer_delay = 1.0
         filler = "x" * (512 * 1024 - 8)
         for first in range(0, 80, 8):
@@ -892,12 +872,7 @@ class Blind(harness.ClusterTest):
         s = c.nodes[0]
         # The control: a name only this hosts file knows, allowed.
         self.add_remote(s, "ok", "fake")
-        st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": 2,
-                                                    "replication_factor": 1})
-        self.assertEqual(st, 201, body)
-        st, body = s.request("POST", "/v1/topics/orders/children",
-                             {"child": "orders", "remote": "ok"}, headers=HDR, timeout=60)
-        self.assertEqual(st, 201, body)
+        self.topic_with_child(s, 2, "ok")
         batch = [{"payload": f"m-{i}", "key": f"k{i}"} for i in range(5)]
         st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR)
         self.assertEqual(st, 202, body)
