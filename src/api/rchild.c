@@ -57,6 +57,8 @@ typedef struct {
     held_t *v; /* in delivery (offset) order */
     size_t n, cap;
     size_t out;          /* the first `out` messages are the batch being sent (0: none) */
+    size_t out_bytes;    /* their payloads' bytes */
+    size_t max_bytes;    /* a batch's payloads at most (halved by a 413); 0: BATCH_BYTES */
     int64_t next_try_ms; /* monotonic: not before */
     int64_t backoff_ms;
 } part_t;
@@ -274,6 +276,19 @@ static void on_sent(void *ud, const tn_rc_result_t *res)
         p->next_try_ms = 0;
         return;
     }
+    if (res->status == 413 && out > 1) {
+        /* The body is over a limit of the remote's (or of a proxy before
+         * it): batches of this partition carry half as many bytes from now
+         * on, and this one goes again at once, split. */
+        r->f->failures[res->cls]++;
+        p->max_bytes = p->out_bytes / 2 > 0 ? p->out_bytes / 2 : 1;
+        TN_LOG_RL(TN_LOG_WARN, 10000,
+                  "remote child %s -> %s:%s (partition %u): the remote answered 413 to a batch of "
+                  "%zu messages: batches of at most %zu bytes from now on",
+                  r->parent, r->remote, r->child, p->partition, out, p->max_bytes);
+        try_send(p);
+        return;
+    }
     if (res->cls != TN_RC_OK) {
         /* The detail is the client's own words, never the remote's. */
         fail_part(p, res->cls, res->status, res->detail);
@@ -362,7 +377,7 @@ static void try_send(part_t *p)
     int64_t wall = tn_now_wall_ms();
     while (count < p->n && count < BATCH_MAX) {
         const held_t *h = &p->v[count];
-        if (count > 0 && bytes + h->body->len > BATCH_BYTES)
+        if (count > 0 && bytes + h->body->len > (p->max_bytes > 0 ? p->max_bytes : BATCH_BYTES))
             break;
         /* A delayed child's batch ends at the first message not due yet
          * (v[0] is: checked above); the tick sends that one when it is. */
@@ -395,6 +410,7 @@ static void try_send(part_t *p)
         return;
     }
     p->out = count;
+    p->out_bytes = bytes;
     r->outs++;
 }
 

@@ -19,7 +19,9 @@
  *      batch's messages on the channel (at least once: a crash or a
  *      leader change before it sends them again); anything else keeps
  *      them leased and in order and sends the same batch again after a
- *      back-off (1 s doubling to 60 s), renewing their leases. A runner
+ *      back-off (1 s doubling to 60 s), renewing their leases; a 413 to a
+ *      batch of several halves the partition's batch bytes and sends it
+ *      again at once. A runner
  *      holds at most 2000 messages and 16 MiB (its credit drops to 0).
  *   4. A delayed child's message is sent once its publish time plus the
  *      delay has passed; a batch ends at the first message not due,

@@ -43,7 +43,8 @@ time, not carried along early in an older message's batch. A delayed
 message waiting longer than its cursor's lease (ternd-test's
 TERN_TEST_RCHILD_LEASE_MS) keeps its lease and is sent once, not once
 per lease; large messages behind a slow remote (16 MiB held at most)
-are each sent once. Names resolving to refused addresses: the source
+are each sent once; a batch a proxy answers 413 is split until it
+fits. Names resolving to refused addresses: the source
 runs in a mount namespace of its own with a hosts file of this test
 bind-mounted over /etc/hosts there (`unshare --mount`; the machine's file
 is untouched); a name only that file knows, resolving to an allowed
@@ -571,6 +572,7 @@ class FakeRemote:
     def __init__(self, cert, key):
         self.status = 202
         self.answer_delay = 0.0  # seconds each answer waits
+        self.max_body = None  # a longer body is answered 413, as a proxy's limit
         self.location = ""
         self.payloads = []
         self.arrived = {}  # payload: time.monotonic() of its first arrival
@@ -591,6 +593,8 @@ class FakeRemote:
                 outer.auth.add(self.headers.get("Authorization", ""))
                 time.sleep(outer.answer_delay)
                 st = outer.status
+                if outer.max_body is not None and n > outer.max_body:
+                    st = 413
                 if st == 202:
                     for m in json.loads(body):
                         payload = base64.b64decode(m["payload"]).decode()
@@ -836,6 +840,26 @@ class Blind(harness.ClusterTest):
         time.sleep(3)  # any copy still coming
         counts = collections.Counter(p[:8] for p in self.fake.payloads)
         self.assertEqual([k for k, n in counts.items() if n > 1], [])
+        codes = c.stop()
+        self.assertEqual(set(codes.values()), {0}, codes)
+
+    def test_batch_over_a_proxy_body_limit_is_split(self):
+        """The remote behind a proxy that answers 413 to a body over 256 KiB
+        (nginx's client_max_body_size, say): 12 messages of 100 KiB make a
+        batch of 1.6 MiB; the cursor halves the batch on a 413 until it
+        fits, so every message arrives (in order), none stuck."""
+        c, s = self.attached_source()
+        self.fake.max_body = 256 * 1024
+        filler = "y" * (100 * 1024 - 8)
+        batch = [{"payload": f"{i:08d}{filler}", "key": "k"} for i in range(12)]
+        st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR,
+                             timeout=30)
+        self.assertEqual(st, 202, body)
+        want = [f"{i:08d}" for i in range(12)]
+        wait_until("every message at the fake",
+                   lambda: {p[:8] for p in self.fake.payloads} >= set(want), 30)
+        self.assertEqual([p[:8] for p in self.fake.payloads], want)
+        wait_until("ok", lambda: (self.child_state(s) or {}).get("state") == "ok", 30)
         codes = c.stop()
         self.assertEqual(set(codes.values()), {0}, codes)
 
