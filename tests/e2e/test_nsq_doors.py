@@ -5,7 +5,8 @@ run beside it): nsqd's name rule (64 characters with #ephemeral counted),
 ephemeral topics (memory only, gone with their last channel), the bad
 magic answer, /stats client and producer entries (TLS fields included),
 the v1 response header, /topic/empty and /topic/pause, /mpub's
-BODY_TOO_BIG, and the less used requests (NsqdEdges)."""
+BODY_TOO_BIG, and the less used requests (NsqdEdges); and a few
+compared with nsqd's and nsqlookupd's 1.3.0 source (SourceEdges)."""
 import argparse
 import base64
 import http.client
@@ -88,6 +89,17 @@ class Base(unittest.TestCase):
             return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
         finally:
             c.close()
+
+    def http_error(self, method, path, body=b""):
+        st, h, out = self.request(method, path, body)
+        return st, json.loads(out)["message"]
+
+    def refused(self, cases):
+        """Each (path, status, code) POSTed (with a body for /pub and
+        /mpub) is answered status with that code."""
+        for path, status, code in cases:
+            body = b"x" if path.startswith(("/pub", "/mpub")) else b""
+            self.assertEqual(self.http_error("POST", path, body), (status, code), path)
 
     def stats(self, topic=""):
         path = "/stats?format=json" + (f"&topic={q(topic)}" if topic else "")
@@ -461,17 +473,6 @@ class NsqdEdges(Base):
     """Less used requests, each answered as nsqd 1.3.0 answers it (checked
     beside a real one)."""
 
-    def http_error(self, method, path, body=b""):
-        st, h, out = self.request(method, path, body)
-        return st, json.loads(out)["message"]
-
-    def refused(self, cases):
-        """Each (path, status, code) POSTed (with a body for /pub and
-        /mpub) is answered status with that code."""
-        for path, status, code in cases:
-            body = b"x" if path.startswith(("/pub", "/mpub")) else b""
-            self.assertEqual(self.http_error("POST", path, body), (status, code), path)
-
     def test_an_empty_argument_is_there_but_invalid(self):
         # nsqd tells a missing topic= or channel= from an empty one: the
         # empty one fails the name check.
@@ -734,6 +735,81 @@ class NsqdEdges(Base):
         self.refused(((f"/pub?topic={t}&defer=5%00", 400, "INVALID_DEFER"),))
         ts = self.topic_stats(t)
         self.assertEqual((ts["message_count"], ts["channels"]), (0, []))
+
+
+class SourceEdges(Base):
+    """Requests answered as nsqd 1.3.0 and nsqlookupd 1.3.0 answer them,
+    compared with their source (the file and line in each test) rather
+    than beside a running one."""
+
+    def test_text_stats_leave_out_topics_without_the_channel(self):
+        # nsqd/stats.go:138-143: with channel= a topic that has no such
+        # channel is skipped, in the text format as in JSON.
+        t1, t2, c = fresh("sc"), fresh("sc"), fresh("ch")
+        self.assertEqual(self.request("POST", f"/channel/create?topic={t1}&channel={c}")[0], 404)
+        for t in (t1, t2):
+            self.assertEqual(self.request("POST", f"/topic/create?topic={t}")[0], 200)
+        self.assertEqual(self.request("POST", f"/channel/create?topic={t1}&channel={c}")[0], 200)
+        st, _, out = self.request("GET", f"/stats?channel={c}")
+        self.assertEqual(st, 200)
+        self.assertIn(f"[{t1:<15}]", out.decode())
+        self.assertNotIn(t2, out.decode())
+        st, _, out = self.request("GET", f"/stats?topic={t2}&channel={c}")
+        self.assertIn("\nTopics: None\n", out.decode())
+
+    def test_defer_is_read_as_gos_parseint_reads_it(self):
+        # nsqd/http.go:237-246: strconv.ParseInt takes no space around the
+        # number (a sign, yes).
+        t = fresh("df")
+        for d in ("%205", "5%20", "%0A5", "%095"):
+            for path in (f"/pub?topic={t}&defer={d}", f"/mpub?topic={t}&defer={d}"):
+                st, _, out = self.request("POST", path, b"x")
+                self.assertEqual((st, out), (400, b'{"message":"INVALID_DEFER"}'), path)
+        self.assertEqual(self.request("POST", f"/pub?topic={t}&defer=%2B5", b"x")[0], 200)
+        self.assertEqual(self.topic_stats(t)["message_count"], 1)
+
+    def test_mpub_binary_is_any_value_but_false_and_0(self):
+        # nsqd/http.go:275-282: binary= other than true, 1, false or 0 (an
+        # empty one too) is binary, as deprecated values were.
+        one = struct.pack(">I", 1) + struct.pack(">I", 1) + b"x"
+        for v in ("", "yes", "TRUE", "t", "x" * 40, "true", "1"):
+            t = fresh("bn")
+            st, _, out = self.request("POST", f"/mpub?topic={t}&binary={v}", one)
+            self.assertEqual((st, out), (200, b"OK"), v)
+            ts = self.topic_stats(t)
+            self.assertEqual((ts["message_count"], ts["message_bytes"]), (1, 1), v)
+        for v in ("false", "0"):
+            t = fresh("bn")
+            self.assertEqual(self.request("POST", f"/mpub?topic={t}&binary={v}", one)[0], 200)
+            self.assertEqual(self.topic_stats(t)["message_bytes"], len(one), v)
+
+    def test_an_mpub_of_no_message_makes_the_topic(self):
+        # nsqd/http.go:270 makes the topic before reading the body; a text
+        # body of empty lines (or none) publishes nothing and answers OK.
+        for body in (b"", b"\n\n"):
+            t = fresh("em")
+            st, _, out = self.request("POST", f"/mpub?topic={t}", body)
+            self.assertEqual((st, out), (200, b"OK"))
+            ts = self.topic_stats(t)
+            self.assertIsNotNone(ts, body)
+            self.assertEqual((ts["message_count"], ts["channels"]), (0, []))
+
+    def test_topic_tombstone_as_nsqlookupd(self):
+        # nsqlookupd/http.go:182-205: topic= and node= are needed, then 200
+        # with an empty body whatever they name. tern tombstones nothing:
+        # /lookup goes on listing the node.
+        t = fresh("tb")
+        self.assertEqual(self.request("POST", f"/topic/create?topic={t}")[0], 200)
+        self.refused((("/topic/tombstone", 400, "MISSING_ARG_TOPIC"),
+                      (f"/topic/tombstone?topic={t}", 400, "MISSING_ARG_NODE"),
+                      (f"/topic/tombstone?topic={t}&node=a%zz", 400, "INVALID_REQUEST")))
+        node = f"127.0.0.1:{self.http}"
+        for path in (f"/topic/tombstone?topic={t}&node={q(node)}", "/topic/tombstone?topic=&node="):
+            st, h, out = self.request("POST", path)
+            self.assertEqual((st, out, h.get("x-nsq-content-type")), (200, b"", V1), path)
+        self.assertEqual(self.request("GET", "/topic/tombstone?topic=a&node=b")[:2][0], 405)
+        st, _, out = self.request("GET", f"/lookup?topic={t}")
+        self.assertEqual((st, len(json.loads(out)["producers"])), (200, 1))
 
 
 def main():

@@ -16,6 +16,7 @@
 #include "proto/http/json.h"
 #include "proto/nsq/codec.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -381,6 +382,18 @@ static tn_topic_t **stats_topics(tn_nsq_http_t *api, const tn_http_request_t *r,
     return v;
 }
 
+/* Whether /stats shows t for the channel filter fchan ("" for all): nsqd
+ * leaves out a topic without the channel named (its GetStats). */
+static bool has_channel(const tn_topic_t *t, const char *fchan)
+{
+    if (fchan[0] == '\0')
+        return true;
+    for (const tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+        if (nsq_channel(ch) && strcmp(ch->name, fchan) == 0)
+            return true;
+    return false;
+}
+
 /* Same for the channels of t. */
 static tn_channel_t **stats_channels(const tn_topic_t *t, const char *fchan, size_t *n)
 {
@@ -443,12 +456,10 @@ static void stats_json(tn_nsq_http_t *api, const tn_http_request_t *r, tn_buf_t 
         bool any_topic = false;
         for (size_t i = 0; i < nt; i++) {
             tn_topic_t *t = topics[i];
+            if (!has_channel(t, fchan))
+                continue;
             size_t nc;
             tn_channel_t **chans = stats_channels(t, fchan, &nc);
-            if (fchan[0] != '\0' && nc == 0) {
-                tn_free(chans);
-                continue;
-            }
             topic_sums_t ts;
             topic_sums(t, &ts);
             if (any_topic)
@@ -528,10 +539,13 @@ static void stats_text(tn_nsq_http_t *api, const tn_http_request_t *r, tn_buf_t 
     health(api, h, sizeof(h));
     appendf(b, "ternd v%s\nstart_time %s\nuptime %" PRId64 "s\n\nHealth: %s\n", api->version, when,
             up, h);
-    size_t nt;
+    size_t nt, shown = 0;
     tn_topic_t **topics = stats_topics(api, r, ftopic, &nt);
-    appendf(b, nt == 0 ? "\nTopics: None\n" : "\nTopics:");
-    for (size_t i = 0; i < nt; i++) {
+    for (size_t i = 0; i < nt; i++)
+        if (has_channel(topics[i], fchan))
+            topics[shown++] = topics[i];
+    appendf(b, shown == 0 ? "\nTopics: None\n" : "\nTopics:");
+    for (size_t i = 0; i < shown; i++) {
         tn_topic_t *t = topics[i];
         topic_sums_t ts;
         topic_sums(t, &ts);
@@ -922,6 +936,26 @@ static void on_nodes(tn_http_request_t *r, void *arg)
     tn_buf_fini(&b);
 }
 
+/* nsqlookupd's POST /topic/tombstone: topic= and node= are checked as it
+ * checks them (400 INVALID_REQUEST, MISSING_ARG_TOPIC, MISSING_ARG_NODE),
+ * then 200. tern tombstones nothing: /lookup is answered from the
+ * cluster's records, the same on every node, and a node hidden for a
+ * while by the one asked would make the answers differ
+ * (docs/nsq-compatibility.md). */
+static void on_topic_tombstone(tn_http_request_t *r, void *arg)
+{
+    (void)arg;
+    char topic[256], node[8];
+    if (!topic_arg(r, topic, sizeof(topic)))
+        return;
+    /* 0: not there; a value too long for node[] is there. */
+    if (tn_http_query(r->head.query, "node", node, sizeof(node)) == 0) {
+        answer_error(r, 400, "MISSING_ARG_NODE");
+        return;
+    }
+    answer_done(r);
+}
+
 /* --- topic and channel management ------------------------------------------------ */
 
 enum { OP_CREATE, OP_EMPTY, OP_PAUSE, OP_UNPAUSE, OP_DELETE };
@@ -936,6 +970,7 @@ typedef struct {
     char channel[256];
     tn_meta_req_t mreq;
     bool recorded;         /* a deletion: the metastore has dropped the record */
+    bool ok_text;          /* an /mpub of no message: a made topic is answered OK */
     int64_t created_at_ms; /* a topic deletion: the record's, for the purge */
 } mgmt_t;
 
@@ -1144,7 +1179,10 @@ static void mgmt_run(mgmt_t *m)
             tn_free(m);
             return;
         }
-        answer_done(r);
+        if (m->ok_text)
+            answer_ok(r);
+        else
+            answer_done(r);
         tn_free(m);
         return;
     }
@@ -1188,17 +1226,34 @@ static void mgmt_run(mgmt_t *m)
     tn_free(m);
 }
 
-static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_op)
+/* A management action on r, or NULL after answering 503 (out of memory). */
+static mgmt_t *mgmt_new(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_op)
 {
     mgmt_t *m = tn_calloc(1, sizeof(*m));
     if (m == NULL) {
         answer_error(r, 503, "E_OUT_OF_MEMORY");
-        return;
+        return NULL;
     }
     m->r = r;
     m->api = api;
     m->op = op;
     m->channel_op = channel_op;
+    return m;
+}
+
+/* Run m for r, whose answer it owns from now on. */
+static void mgmt_start(tn_http_request_t *r, mgmt_t *m)
+{
+    r->data = m;
+    r->on_cancel = on_mgmt_cancel;
+    mgmt_run(m);
+}
+
+static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_op)
+{
+    mgmt_t *m = mgmt_new(r, api, op, channel_op);
+    if (m == NULL)
+        return;
     /* nsqd names errors by family: the channel endpoints say INVALID_ARG_TOPIC. */
     if (!topic_arg(r, m->topic, sizeof(m->topic))) {
         tn_free(m);
@@ -1252,9 +1307,7 @@ static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_
         tn_free(m);
         return;
     }
-    r->data = m;
-    r->on_cancel = on_mgmt_cancel;
-    mgmt_run(m);
+    mgmt_start(r, m);
 }
 
 #define MGMT_HANDLER(fn, op, chan)                                                                 \
@@ -1341,7 +1394,10 @@ static bool pub_args(tn_http_request_t *r, tn_nsq_http_t *api, char *topic, size
     if (rc == 1) {
         char *end;
         long long v = strtoll(d, &end, 10);
-        if (d[0] == '\0' || *end != '\0' || v < 0 || v > api->max_defer_ms) {
+        /* Go's strconv.ParseInt: a sign, then digits only (strtoll
+         * would skip white space first). */
+        if (d[0] == '\0' || isspace((unsigned char)d[0]) || *end != '\0' || v < 0 ||
+            v > api->max_defer_ms) {
             answer_error(r, 400, "INVALID_DEFER");
             return false;
         }
@@ -1499,19 +1555,29 @@ static void on_mpub(tn_http_request_t *r, void *arg)
     int64_t deliver_at;
     if (!pub_args(r, api, topic, sizeof(topic), &deliver_at))
         return;
+    /* nsqd: text unless binary= is there; then binary but for false and
+     * 0 (a value it does not know, an empty one too, is binary). */
     char b[8];
-    bool binary = tn_http_query(r->head.query, "binary", b, sizeof(b)) == 1 &&
-                  (strcmp(b, "true") == 0 || strcmp(b, "1") == 0);
+    int brc = tn_http_query(r->head.query, "binary", b, sizeof(b));
+    bool binary = brc != 0 && !(brc == 1 && (strcmp(b, "false") == 0 || strcmp(b, "0") == 0));
     tn_iov_t *bodies;
     const char *code;
     int status;
     uint32_t n = split_mpub(r, api, binary, &bodies, &code, &status);
     if (n == 0) {
         tn_free(bodies);
-        if (code != NULL)
+        if (code != NULL) {
             answer_error(r, status, code);
-        else
-            answer_ok(r); /* an empty text body publishes nothing, as in nsqd */
+            return;
+        }
+        /* A text body of no message publishes nothing, but nsqd has made
+         * the topic before it reads the body: made here too, then OK. */
+        mgmt_t *m = mgmt_new(r, api, OP_CREATE, false);
+        if (m == NULL)
+            return;
+        m->ok_text = true;
+        snprintf(m->topic, sizeof(m->topic), "%s", topic);
+        mgmt_start(r, m);
         return;
     }
     hpub_t *h = tn_calloc(1, sizeof(*h));
@@ -1876,6 +1942,7 @@ static const struct {
     {{"GET"}, "/topics", BODY_NONE, NULL, on_topics},
     {{"GET"}, "/channels", BODY_NONE, NULL, on_channels},
     {{"GET"}, "/nodes", BODY_NONE, NULL, on_nodes},
+    {{"POST"}, "/topic/tombstone", BODY_IGNORED, NULL, on_topic_tombstone},
     {{"GET"}, "/readyz", BODY_NONE, NULL, on_readyz},
     {{"GET"}, "/config/{opt}", BODY_NONE, NULL, on_config},
     /* nsqd reads at most --max-msg-size bytes, and refuses more with
