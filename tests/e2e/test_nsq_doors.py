@@ -794,6 +794,16 @@ class SourceEdges(Base):
             self.assertIsNotNone(ts, body)
             self.assertEqual((ts["message_count"], ts["channels"]), (0, []))
 
+    def test_an_mpub_holds_at_most_65536_messages_text_too(self):
+        # nsqd/http.go:290-326 reads text lines without a count limit;
+        # tern's batch bound is 65,536 either way (nsq-compatibility.md).
+        t = fresh("mx")
+        self.assertEqual(self.http_error("POST", f"/mpub?topic={t}", b"a\n" * 65537),
+                         (413, "BAD_BODY"))
+        self.assertIsNone(self.topic_stats(t))
+        self.assertEqual(self.request("POST", f"/mpub?topic={t}", b"a\n" * 65536)[0], 200)
+        self.assertEqual(self.topic_stats(t)["message_count"], 65536)
+
     def test_topic_tombstone_as_nsqlookupd(self):
         # nsqlookupd/http.go:182-205: topic= and node= are needed, then 200
         # with an empty body whatever they name. tern tombstones nothing:
