@@ -805,7 +805,7 @@ class SourceEdges(Base):
         self.assertEqual(self.topic_stats(t)["message_count"], 65536)
 
     def test_topic_tombstone_as_nsqlookupd(self):
-        # nsqlookupd/http.go:182-205: topic= and node= are needed, then 200
+        # nsqlookupd/http.go:178-204: topic= and node= are needed, then 200
         # with an empty body whatever they name. tern tombstones nothing:
         # /lookup goes on listing the node.
         t = fresh("tb")
