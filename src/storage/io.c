@@ -40,6 +40,8 @@ static atomic_long fail_write_countdown = -1;
 static atomic_int fail_write_err;
 static atomic_long fail_sync_countdown = -1;
 static atomic_int fail_sync_err;
+static atomic_long fail_create_countdown = -1;
+static atomic_int fail_create_err;
 static atomic_llong sync_delay_ns;
 
 static int injected(atomic_long *countdown, atomic_int *err)
@@ -65,6 +67,12 @@ void tn_io_fail_sync_after(long n, int err)
 {
     atomic_store(&fail_sync_err, err);
     atomic_store(&fail_sync_countdown, n);
+}
+
+void tn_io_fail_create_after(long n, int err)
+{
+    atomic_store(&fail_create_err, err);
+    atomic_store(&fail_create_countdown, n);
 }
 
 void tn_io_delay_sync(int64_t ns)
@@ -632,6 +640,11 @@ int tn_io_path(char *buf, size_t len, const char *fmt, ...)
 int tn_io_open(const char *path, int flags, int mode, int *fd_out)
 {
 #ifdef TN_TEST
+    if (flags & O_CREAT) {
+        int inj = injected(&fail_create_countdown, &fail_create_err);
+        if (inj != 0)
+            return inj;
+    }
     uv_once(&sim_once, sim_init_lock);
     if (SIM_ACTIVE()) {
         uv_mutex_lock(&sim_lock);

@@ -21,8 +21,19 @@
 
 #include "core/buf.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/types.h>
+#include <uv.h>
+
+/* Whether rc says the file system is full: UV_ENOSPC, or -EDQUOT (a
+ * quota). Only a write, a create or a rename that failed for space, before
+ * any fsync covered it, may be tried again once space is freed; a failed
+ * fsync never is (DESIGN.md, "an fsync or write error is sticky"). */
+static inline bool tn_io_nospace(int rc)
+{
+    return rc == UV_ENOSPC || rc == -EDQUOT;
+}
 
 /* Format a path into buf; UV_ENAMETOOLONG when it does not fit. */
 int tn_io_path(char *buf, size_t len, const char *fmt, ...) TN_PRINTF(3, 4);
@@ -116,6 +127,8 @@ void tn_io_sim_stop(void);
  * fdatasync/fsync) fail with err, once. n < 0 disarms. */
 void tn_io_fail_write_after(long n, int err);
 void tn_io_fail_sync_after(long n, int err);
+/* The same for the nth next open that creates a file (O_CREAT). */
+void tn_io_fail_create_after(long n, int err);
 /* Every fdatasync/fsync sleeps ns first (a slow or stalled disk); 0 stops. */
 void tn_io_delay_sync(int64_t ns);
 #endif

@@ -17,7 +17,12 @@
  *      file is created or unlinked.
  *   5. A failed write or fdatasync is sticky: the log refuses every later
  *      append and read and never retries the fsync, whose failure may have
- *      dropped dirty pages the kernel will not write again.
+ *      dropped dirty pages the kernel will not write again. The exceptions
+ *      are writes that find the disk full (tn_io_nospace) before anything
+ *      synced them: a plain publish's records (cut off again,
+ *      flush_failed) and a roll's sidecar or next segment file (the old
+ *      segment stays the active one, roll_failed). Those fail the round's
+ *      requests alone, and a later round writes again.
  *   6. A record's sync_mark is the segment length covered by an fdatasync
  *      when the record was written; recovery trusts it to tell a torn tail
  *      from damage (segment.c).
@@ -248,7 +253,9 @@ static int seg_path(const tn_plog_t *plog, uint64_t base, const char *ext, char 
     return 0;
 }
 
-/* Create an empty segment file at base, durable in the directory. */
+/* Create an empty segment file at base, durable in the directory. A
+ * failed directory fsync is sticky here (whatever its error); a create
+ * refused for space (tn_io_nospace) left no file. */
 static int create_segment(tn_plog_t *plog, uint64_t base, tn_seg_t **out)
 {
     char path[4096];
@@ -260,8 +267,8 @@ static int create_segment(tn_plog_t *plog, uint64_t base, tn_seg_t **out)
     if (rc != 0)
         return rc;
     rc = tn_io_open(path, O_RDWR | O_CREAT | O_EXCL, 0644, &seg->fd);
-    if (rc == 0)
-        rc = tn_io_fsync_dir(plog->dir);
+    if (rc == 0 && (rc = tn_io_fsync_dir(plog->dir)) != 0)
+        set_sticky(plog, rc, "fsync of the directory after creating segment %" PRIu64, base);
     if (rc != 0) {
         tn_seg_unref(seg);
         return rc;
@@ -1263,7 +1270,10 @@ static void advance_durable(tn_plog_t *plog, uint64_t next)
 }
 
 /* fdatasync the active segment and write its sidecar: it is sealed once
- * the next segment exists. */
+ * the next segment exists. A sidecar that cannot be written for space is
+ * not sticky (roll_failed): the segment stays the active one, whose
+ * sidecar nothing reads (recovery scans the last segment; a stale one
+ * left by a roll that failed later is replaced by the next seal). */
 static int seal_active(tn_plog_t *plog)
 {
     tn_seg_t *old = active_seg(plog);
@@ -1277,18 +1287,20 @@ static int seal_active(tn_plog_t *plog)
     old->synced = old->size;
     advance_durable(plog, old->base + old->count);
     rc = tn_seg_index_write(old, plog->dir);
-    if (rc != 0)
+    if (rc != 0 && !tn_io_nospace(rc))
         set_sticky(plog, rc, "writing the index of segment %" PRIu64, old->base);
     return rc;
 }
 
-/* Create the segment at base and make it the active one. */
+/* Create the segment at base and make it the active one. A create
+ * refused for space is not sticky (roll_failed). */
 static int start_segment(tn_plog_t *plog, uint64_t base)
 {
     tn_seg_t *seg;
     int rc = create_segment(plog, base, &seg);
     if (rc != 0) {
-        set_sticky(plog, rc, "creating segment %" PRIu64, base);
+        if (!tn_io_nospace(rc))
+            set_sticky(plog, rc, "creating segment %" PRIu64, base);
         return rc;
     }
     plog->no_zeros = false;
@@ -1314,6 +1326,21 @@ static int roll(tn_plog_t *plog)
     return rc != 0 ? rc : start_segment(plog, plog->next_offset);
 }
 
+/* Note that a roll found the disk full (rc; the log is not failed): the
+ * round's requests from the one that needed the new segment on fail with
+ * rc, and the next round that needs it rolls again. The crash outcomes
+ * are a normal roll's: the old segment, synced, is the last one (a
+ * sidecar of it is ignored), or the empty new one follows it with its
+ * sidecar in place. */
+static void roll_failed(tn_plog_t *plog, int rc)
+{
+    atomic_store(&plog->nospace, rc);
+    TN_LOG_RL(TN_LOG_ERROR, 60000,
+              "partition %s/%u: starting a segment after %" PRIu64
+              ": %s; publishes to it fail until space is freed",
+              plog->topic, plog->partition, active_seg(plog)->base, tn_strerror(rc));
+}
+
 /* Fail every request from `from` to the end of the log's round chain
  * that has not failed already. */
 static void fail_from(tn_append_t *from, int err)
@@ -1332,7 +1359,7 @@ static void fail_from(tn_append_t *from, int err)
  * once space is freed. Anything else, or a cut that fails, is sticky. */
 static void flush_failed(tn_plog_t *plog, tn_seg_t *seg, tn_append_t *group, int rc)
 {
-    bool plain = rc == UV_ENOSPC || rc == -EDQUOT;
+    bool plain = tn_io_nospace(rc);
     for (tn_append_t *r = group; plain && r != NULL; r = r->pnext)
         plain = r->kind == 0;
     if (plain && tn_io_ftruncate(seg->fd, seg->size) == 0) {
@@ -1458,8 +1485,10 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
                 flush_failed(plog, seg, group, rc);
                 return;
             }
-            if (roll(plog) != 0) {
-                fail_from(r, atomic_load(&plog->err));
+            if ((rc = roll(plog)) != 0) {
+                if (atomic_load(&plog->err) == 0)
+                    roll_failed(plog, rc);
+                fail_from(r, atomic_load(&plog->err) != 0 ? atomic_load(&plog->err) : rc);
                 return;
             }
             seg = active_seg(plog);
@@ -2184,6 +2213,11 @@ static void advance_exec(tn__committer_t *c, tn__sreq_t *s)
             rc = seal_active(plog);
         if (rc == 0)
             rc = start_segment(plog, req->next);
+        if (rc != 0 && atomic_load(&plog->err) == 0) {
+            /* Even for space (a roll's is not sticky): the log must not
+             * take appends at the offsets it was asked to skip. */
+            set_sticky(plog, rc, "starting segment %" PRIu64 " to advance", req->next);
+        }
         if (rc == 0 && empty) {
             /* The empty segment goes; until its unlink is durable,
              * recovery removes it (empty, no sidecar, not last). */
@@ -2979,8 +3013,11 @@ static int trunc_run(tn_plog_t *plog, tn_plog_trunc_t *req)
      * offset in a gap after it: a new segment starts at offset. */
     if (gap) {
         rc = start_segment(plog, offset);
-        if (rc != 0)
+        if (rc != 0) {
+            /* Even for space: the positions are back at offset already. */
+            set_sticky(plog, rc, "creating segment %" PRIu64 " to truncate", offset);
             return rc;
+        }
         if (trunc_stops(plog, 3) || trunc_stops(plog, 4))
             return UV_EIO;
     } else {

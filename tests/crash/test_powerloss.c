@@ -21,6 +21,12 @@
  * record at or above the checkpoint be present, the checkpoint not below
  * one acknowledged.
  *
+ * test_durable_on_a_full_disk runs the first scenario with the disk
+ * full now and then: in each wave one write and one file create fail
+ * with ENOSPC (a batch's records, a roll's sidecar or next segment, a
+ * channel log's frame or checkpoint), which fails those requests alone,
+ * before the cut.
+ *
  * The directory carries over between iterations, so later iterations
  * recover from what earlier cuts left. */
 #include "core/platform.h"
@@ -55,6 +61,7 @@ typedef struct {
 } ledger_t;
 
 static uint64_t gaps_seen; /* offsets skipped by advances, seen by verify */
+static bool full_disk;     /* test_durable_on_a_full_disk */
 
 static uint64_t rnd(ledger_t *l)
 {
@@ -227,6 +234,10 @@ static long iterate(uv_loop_t *loop, const char *dir, tn_store_opts_t *opts, led
     *ops_after_open = tn_io_sim_ops() - ops0;
     static adv_t advs[WAVES];
     for (int wave = 0; wave < WAVES; wave++) {
+        if (full_disk) {
+            tn_io_fail_write_after((long)(rnd(l) % 24), UV_ENOSPC);
+            tn_io_fail_create_after((long)(rnd(l) % 3), UV_ENOSPC);
+        }
         /* Now and then skip ahead, as recovery after a lost tail does. */
         int ap = (int)(rnd(l) % NPART);
         if (rnd(l) % 8 == 0 && plogs[ap] != NULL) {
@@ -293,6 +304,8 @@ static long iterate(uv_loop_t *loop, const char *dir, tn_store_opts_t *opts, led
         uv_run(loop, UV_RUN_ONCE);
     tu_store_close(loop, store);
 powerloss:;
+    tn_io_fail_write_after(-1, 0);
+    tn_io_fail_create_after(-1, 0);
     long ops = tn_io_sim_ops() - ops0;
     assert_int_equal(tn_io_sim_powerloss(rnd(l)), 0);
     return ops;
@@ -383,6 +396,20 @@ static void test_durable_with_gc(void **state)
     tu_store_opts(&o, dir);
     o.checkpoint_every = 16;
     run_scenario(&o, dir, iterations() / 2, true, 0xABCDEF1);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+static void test_durable_on_a_full_disk(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    tn_store_opts_t o;
+    tu_store_opts(&o, dir);
+    o.checkpoint_every = 16;
+    full_disk = true;
+    run_scenario(&o, dir, iterations() / 2, false, 0x5EED);
+    full_disk = false;
     tu_rmrf(dir);
     free(dir);
 }
@@ -632,6 +659,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_durable_appends_rolls_and_fins),
         cmocka_unit_test(test_durable_with_gc),
+        cmocka_unit_test(test_durable_on_a_full_disk),
         cmocka_unit_test(test_relaxed_never_corrupt),
         cmocka_unit_test(test_ingress_log),
     };

@@ -215,6 +215,68 @@ class DiskFull(unittest.TestCase):
         missing = ledger - self.consume_all(d, "k")
         self.assertFalse(missing, f"lost by the restart: {sorted(missing)[:10]}")
 
+    def fill_disk(self):
+        """Takes every block still free with a file of its own."""
+        with open(os.path.join(self.mnt, "filler"), "wb") as f:
+            try:
+                while True:
+                    f.write(b"\xee" * 4096)
+                    f.flush()
+            except OSError:
+                pass
+
+    def test_a_roll_on_a_full_disk(self):
+        """A publish that needs a new segment on a full disk (the sidecar
+        index of the segment it seals cannot be written) is refused alone:
+        the old segment stays the active one, and the same publish rolls
+        once space is freed, without a restart."""
+        d = self.start()
+        self.assertEqual(self.http(d, "/topic/create?topic=t", b"")[0], 200)
+        self.assertEqual(self.http(d, "/channel/create?topic=t&channel=k", b"")[0], 200)
+        ledger = set()
+        n, _ = self.publish_until_refused(d, ledger, 0)
+        self.fill_disk()
+        part = os.path.join(self.data, "topics", "t", "0")
+
+        def files(ext):
+            return sorted(f for f in os.listdir(part) if f.endswith(ext))
+
+        logs = files(".log")
+        active = os.path.getsize(os.path.join(part, logs[-1]))
+        self.assertGreater(active, 0)
+        # With its record header, past the 1 MiB segment: a roll first.
+        big = b"%06d" % n + b"r" * ((1 << 20) - active - 6)
+        c = Conn(d.tcp_port)
+        try:
+            kind, data = c.pub("t", big)
+        finally:
+            c.close()
+        self.assertEqual(kind, FRAME_ERROR, data)
+        self.assertTrue(data.startswith(b"E_PUB_FAILED"), data)
+        self.assertIn(b"no space left on device", data)
+        self.assertEqual(files(".log"), logs)
+        self.assert_unhealthy(d, "partition t/...")
+        self.assertNotIn("until restart", d.log())
+        os.unlink(os.path.join(self.mnt, "filler"))
+        os.unlink(self.spare)
+        c = Conn(d.tcp_port)
+        try:
+            self.assertEqual(c.pub("t", big), (FRAME_RESPONSE, b"OK"), d.log()[-2000:])
+            ledger.add(n)
+            self.assertEqual(c.pub("t", b"%06d" % (n + 1)), (FRAME_RESPONSE, b"OK"))
+            ledger.add(n + 1)
+        finally:
+            c.close()
+        self.assertEqual(len(files(".log")), len(logs) + 1)
+        self.assertIn(logs[-1][:-4] + ".idx", files(".idx"))
+        self.assert_healthy(d)
+        missing = ledger - self.consume_all(d, "c")
+        self.assertFalse(missing, f"acknowledged, not delivered: {sorted(missing)[:10]}")
+        d.kill()
+        d = self.start()
+        missing = ledger - self.consume_all(d, "k")
+        self.assertFalse(missing, f"lost by the restart: {sorted(missing)[:10]}")
+
     def test_restart_on_the_still_full_disk(self):
         """A start on a disk with no block free is refused (libraft cannot
         write its probe file): ternd exits 1 saying so, and the next start
@@ -247,13 +309,7 @@ class DiskFull(unittest.TestCase):
         c = Conn(d.tcp_port)
         c.identify()
         self.assertEqual(c.sub("t", "k"), (FRAME_RESPONSE, b"OK"))
-        with open(os.path.join(self.mnt, "filler"), "wb") as f:
-            try:
-                while True:
-                    f.write(b"\xee" * 4096)
-                    f.flush()
-            except OSError:
-                pass
+        self.fill_disk()
         # FINs that cannot be made durable are refused by name; the
         # channel stops delivering, and says so once.
         c.rdy(50)

@@ -516,6 +516,71 @@ static void test_full_disk_write_is_not_sticky(void **state)
     expect_all(again, 0, 5);
 }
 
+/* The append (by its offset) that rolls a log fed by append_n: found on
+ * a log of its own, the same for every log of the fixture. */
+static uint64_t roll_point(fx_t *fx)
+{
+    tn_plog_t *probe = open_log(fx, "probe", 0);
+    uint64_t k = 0;
+    while (probe->nsegs == 1)
+        append_n(fx, probe, k++, 1);
+    return k - 1;
+}
+
+/* A roll that finds the disk full (the sealed segment's sidecar, or the
+ * next segment's file, cannot be written) fails that append alone: the
+ * old segment stays the active one, and the next round rolls. An fsync
+ * that fails at the seal stays sticky. */
+static void test_full_disk_roll_is_not_sticky(void **state)
+{
+    fx_t *fx = *state;
+    uint64_t k = roll_point(fx);
+    tn_plog_t *plog = open_log(fx, "t", 0);
+    append_n(fx, plog, 0, k);
+    char dir[4096], body[512];
+    snprintf(dir, sizeof(dir), "%s/topics/t/0", fx->dir);
+    size_t len = tu_body(k, body, sizeof(body));
+    /* 1. The sidecar's write; 2. the next segment's create (after the
+     * sidecar's); 3. a quota, at the sidecar. */
+    for (int step = 1; step <= 3; step++) {
+        if (step == 2)
+            tn_io_fail_create_after(1, UV_ENOSPC);
+        else
+            tn_io_fail_write_after(0, step == 1 ? UV_ENOSPC : -EDQUOT);
+        int want = step == 3 ? -EDQUOT : UV_ENOSPC;
+        assert_int_equal(tu_append(&fx->loop, plog, body, len, NULL), want);
+        tn_io_fail_write_after(-1, 0);
+        tn_io_fail_create_after(-1, 0);
+        assert_int_equal(tn_plog_err(plog), 0);
+        assert_int_equal(tn_plog_nospace(plog), want);
+        assert_int_equal(tn_plog_written_next(plog), k);
+        assert_int_equal(plog->nsegs, 1);
+        assert_int_equal(count_files(dir, ".log"), 1);
+        assert_int_equal(count_files(dir, ".tmp"), 0);
+    }
+    /* Space is back: the same append rolls. */
+    append_n(fx, plog, k, 3);
+    assert_int_equal(tn_plog_nospace(plog), 0);
+    assert_int_equal(plog->nsegs, 2);
+    assert_int_equal(count_files(dir, ".idx"), 1);
+    expect_all(plog, 0, k + 3);
+    tu_fx_reopen(fx);
+    plog = open_log(fx, "t", 0);
+    assert_int_equal(tn_plog_err(plog), 0);
+    assert_int_equal(tn_plog_written_next(plog), k + 3);
+    assert_false(plog->segs[0]->idx_loaded); /* its sidecar is good */
+    expect_all(plog, 0, k + 3);
+
+    /* A failed fsync of the segment being sealed is never retried. */
+    tn_plog_t *other = open_log(fx, "u", 0);
+    append_n(fx, other, 0, k);
+    tn_io_fail_sync_after(0, UV_EIO);
+    assert_int_equal(tu_append(&fx->loop, other, body, len, NULL), UV_EIO);
+    tn_io_fail_sync_after(-1, 0);
+    assert_int_equal(tn_plog_err(other), UV_EIO);
+    assert_int_equal(tu_append(&fx->loop, other, body, len, NULL), UV_EIO);
+}
+
 typedef struct {
     fx_t *fx;
     int done;
@@ -1221,6 +1286,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_zero_write_failure_falls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_failure_is_sticky, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_disk_write_is_not_sticky, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_disk_roll_is_not_sticky, setup, teardown),
         cmocka_unit_test_setup_teardown(test_durability_modes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_relaxed_sync_by_count, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_appends_group, setup, teardown),
