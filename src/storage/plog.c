@@ -1353,15 +1353,19 @@ static void fail_from(tn_append_t *from, int err)
 
 /* A flush of the requests from group on into seg failed with rc: they all
  * fail with it. A full disk (ENOSPC, EDQUOT) leaves the log as it was when
- * those requests are plain publishes (no copies of a leader's records, no
- * epoch changes): the bytes past the segment's end are cut off, the
- * offsets given back, and the next round tries again, so writes resume
- * once space is freed. Anything else, or a cut that fails, is sticky. */
+ * those requests are publishes or a follower's copies of its leader's
+ * records (no epoch change of this log's own): the bytes past the
+ * segment's end are cut off, the offsets given back, and the next round
+ * tries again, so writes resume once space is freed (a follower fetches
+ * the same records again). The epochs a copy assigned stay, at the log
+ * end with no record (as between a save and the records it covers); the
+ * copy fetched again assigns them again. Anything else, or a cut that
+ * fails, is sticky. */
 static void flush_failed(tn_plog_t *plog, tn_seg_t *seg, tn_append_t *group, int rc)
 {
     bool plain = tn_io_nospace(rc);
     for (tn_append_t *r = group; plain && r != NULL; r = r->pnext)
-        plain = r->kind == 0;
+        plain = r->kind != 2;
     if (plain && tn_io_ftruncate(seg->fd, seg->size) == 0) {
         seg->alloc = seg->size;
         plog->next_offset = seg->base + seg->count;
@@ -1384,17 +1388,24 @@ static void flush_failed(tn_plog_t *plog, tn_seg_t *seg, tn_append_t *group, int
  * otherwise leave beside a log that opens as a factor-1 one and is skipped
  * forward (queue/channel.c, check_lost_tail); a save that fails leaves it
  * unmarked (and the log failed). */
-static int save_epochs(tn_plog_t *plog)
+static int save_failed(tn_plog_t *plog, int rc)
 {
-    int rc = tn_epochs_save(&plog->epochs, plog->dir);
-    if (rc != 0) {
-        set_sticky(plog, rc, "saving the epochs file: %s", plog->epochs.errmsg);
-        return rc;
-    }
+    set_sticky(plog, rc, "saving the epochs file: %s", plog->epochs.errmsg);
+    return rc;
+}
+
+static int save_done(tn_plog_t *plog)
+{
     uv_mutex_lock(&plog->lock); /* tn_plog_is_replica reads it on any thread */
     plog->epochs_used = true;
     uv_mutex_unlock(&plog->lock);
     return 0;
+}
+
+static int save_epochs(tn_plog_t *plog)
+{
+    int rc = tn_epochs_save(&plog->epochs, plog->dir);
+    return rc != 0 ? save_failed(plog, rc) : save_done(plog);
 }
 
 /* tn_plog_begin_epoch: record the epoch at the log end, durably, before
@@ -1426,6 +1437,10 @@ static int raw_prepare(tn_plog_t *plog, tn_append_t *r)
     bool changed = false;
     int rc = 0;
     uv_mutex_lock(&plog->lock);
+    /* What the assignments below can change: the last entry, and entries
+     * appended after it. */
+    uint32_t n0 = plog->epochs.n;
+    tn_epoch_entry_t last0 = n0 > 0 ? plog->epochs.entries[n0 - 1] : (tn_epoch_entry_t){0, 0};
     if (r->nrepochs > 0 && plog->epochs.n > 0) {
         /* Checked first so that a refusal changes nothing. */
         const tn_epoch_entry_t *last = &plog->epochs.entries[plog->epochs.n - 1];
@@ -1443,9 +1458,20 @@ static int raw_prepare(tn_plog_t *plog, tn_append_t *r)
         set_sticky(plog, rc, "recording the epochs of copied records");
         return rc;
     }
-    if (rc != 0)
+    if (rc != 0 || (!changed && plog->epochs_used))
         return rc;
-    return changed || !plog->epochs_used ? save_epochs(plog) : 0;
+    /* A full disk fails this copy alone, its epochs taken back (the same
+     * copy fetched again assigns them again): nothing of it is written. */
+    rc = tn_epochs_save(&plog->epochs, plog->dir);
+    if (tn_io_nospace(rc)) {
+        uv_mutex_lock(&plog->lock);
+        plog->epochs.n = n0;
+        if (n0 > 0)
+            plog->epochs.entries[n0 - 1] = last0;
+        uv_mutex_unlock(&plog->lock);
+        return rc;
+    }
+    return rc != 0 ? save_failed(plog, rc) : save_done(plog);
 }
 
 /* Write this round's appends of one log. */

@@ -652,6 +652,61 @@ static void test_raw_copy(void **state)
     expect_same(leader, follower);
 }
 
+/* A follower's copy that finds the disk full (its records, or the roll
+ * it needs) fails that append alone: the offsets go back, the epochs the
+ * copy carried stay assigned (the same copy, fetched again, assigns them
+ * again), and the next try writes it. */
+static void test_raw_copy_full_disk(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *leader = open_log(fx, "lead", 0);
+    tn_plog_t *follower = open_log(fx, "follow", 0);
+    build_leader(fx, leader);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int refused = 0;
+    for (int piece = 0;; piece++) {
+        uint64_t from = tn_plog_written_next(follower);
+        uint32_t n;
+        tn_buf_reset(&b);
+        assert_int_equal(tn_plog_read_raw(leader, from, 3000, &b, &n), 0);
+        if (n == 0)
+            break;
+        tn_epoch_entry_t e[8];
+        uint32_t ne = tn_plog_epochs_range(leader, from, from + n, e, 8);
+        for (int attempt = 0;; attempt++) {
+            areq_t a = {.w = NULL};
+            a.req.data = &a;
+            if (attempt == 0 && piece % 3 == 0)
+                tn_io_fail_write_after(0, UV_ENOSPC);
+            assert_int_equal(tn_plog_append_raw(follower, &a.req, tn_buf_data(&b), tn_buf_size(&b),
+                                                from, e, ne, on_areq),
+                             0);
+            run_until(&fx->loop, &a.done);
+            tn_io_fail_write_after(-1, 0);
+            assert_int_equal(tn_plog_err(follower), 0);
+            if (a.status == 0) {
+                assert_int_equal(tn_plog_written_next(follower), from + n);
+                break;
+            }
+            assert_int_equal(a.status, UV_ENOSPC);
+            assert_int_equal(tn_plog_written_next(follower), from);
+            assert_int_equal(attempt, 0);
+            refused++;
+        }
+    }
+    tn_buf_fini(&b);
+    assert_true(refused > 5);
+    while (tn_plog_durable_next(follower) < tn_plog_written_next(follower))
+        uv_sleep(1);
+    expect_same(leader, follower);
+    tu_fx_reopen(fx);
+    leader = open_log(fx, "lead", 0);
+    follower = open_log(fx, "follow", 0);
+    assert_int_equal(tn_plog_err(follower), 0);
+    expect_same(leader, follower);
+}
+
 typedef struct {
     bool done;
     int status;
@@ -2825,6 +2880,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_probe, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retention_trims_epochs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_raw_copy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_raw_copy_full_disk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_raw_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_divergence_inside_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate, setup, teardown),
