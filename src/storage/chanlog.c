@@ -9,7 +9,11 @@
  *   3. fdatasync each log written; a failure is sticky for that log.
  *   4. Complete every record of the round.
  *   5. Checkpoint the logs that passed checkpoint_every records since their
- *      last checkpoint.
+ *      last checkpoint. A checkpoint that finds the disk full
+ *      (tn_io_nospace) is not sticky: nothing points at its temporary
+ *      file, the WAL keeps every record since the last one, and the next
+ *      round of the log tries again. The WAL may then outgrow
+ *      checkpoint_every records, up to WAL_MAX_BYTES, where it fails.
  *   6. Run control requests (close). */
 #include "core/platform.h"
 
@@ -31,7 +35,8 @@
 #include <string.h>
 #include <unistd.h>
 
-/* A WAL larger than this cannot come from checkpoint_every records. */
+/* A WAL larger than this cannot come from checkpoint_every records, nor
+ * from checkpoints failing for space (a log refuses to grow past it). */
 #define WAL_MAX_BYTES  (64u * 1024 * 1024)
 #define CKPT_MAX_BYTES (256u * 1024 * 1024)
 /* Zeroed space kept ahead of the WAL's frames, as the segment log does
@@ -298,6 +303,13 @@ int tn_chanlog_submit(tn_chanlog_t *cl, tn_walop_t *op, const tn_walrec_t *rec, 
 static void checkpoint(tn_chanlog_t *cl)
 {
     int rc = write_checkpoint(cl, &cl->durable);
+    if (tn_io_nospace(rc)) {
+        TN_LOG_RL(TN_LOG_WARN, 60000,
+                  "channel %s in %s: writing a checkpoint: %s; the WAL grows until one can be "
+                  "written",
+                  cl->name, cl->dir, tn_strerror(rc));
+        return; /* since_ckpt stays: the next round tries again */
+    }
     if (rc != 0) {
         set_sticky(cl, rc, "writing a checkpoint");
         return;
@@ -326,6 +338,15 @@ static void write_log(tn__committer_t *c, tn_chanlog_t *cl)
         }
         c->scratch = p;
         c->scratch_cap = need;
+    }
+    if (cl->wal_size + need > WAL_MAX_BYTES) {
+        /* Checkpoints failed for space all along: recovery would take a
+         * longer WAL for damage. */
+        set_sticky(cl, UV_ENOSPC, "the WAL reached %u bytes with no checkpoint written",
+                   WAL_MAX_BYTES);
+        for (tn_walop_t *op = cl->rhead; op != NULL; op = op->pnext)
+            op->s.status = UV_ENOSPC;
+        return;
     }
     unsigned char *buf = c->scratch;
     size_t len = 0;

@@ -162,6 +162,45 @@ static void test_checkpoints_bound_the_wal(void **state)
     tn_cursor_fini(&st);
 }
 
+/* Wait (up to 10 s) until cl has taken n checkpoints. */
+static void wait_checkpoints(tn_chanlog_t *cl, uint64_t n)
+{
+    for (int i = 0; i < 10000 && atomic_load(&cl->checkpoints) < n; i++)
+        uv_sleep(1);
+    assert_int_equal(atomic_load(&cl->checkpoints), n);
+}
+
+/* A checkpoint that finds the disk full is not sticky: the records were
+ * durable in the WAL already, which keeps them, and the next round writes
+ * the checkpoint. An I/O error there still is. (The committer runs a
+ * round's checkpoint before the next round: each second fin_range below
+ * comes after the first one's checkpoint.) */
+static void test_full_disk_checkpoint_retried(void **state)
+{
+    fx_t *fx = *state;
+    tn_cursor_t st;
+    tn_chanlog_t *cl = open_cl(fx, "c", &st);
+    tn_cursor_fini(&st);
+    const int errs[2] = {UV_ENOSPC, -EDQUOT};
+    for (int i = 0; i < 2; i++) {
+        tn_io_fail_create_after(0, errs[i]); /* the checkpoint's temporary file */
+        assert_int_equal(fin_range(fx, cl, (uint64_t)i * 60, (uint64_t)i * 60 + 50), 0);
+        assert_int_equal(fin_range(fx, cl, (uint64_t)i * 60 + 50, (uint64_t)i * 60 + 60), 0);
+        wait_checkpoints(cl, (uint64_t)i + 1);
+        assert_int_equal(tn_chanlog_err(cl), 0);
+    }
+    tn_io_fail_create_after(-1, 0);
+    tu_fx_reopen(fx);
+    cl = open_cl(fx, "c", &st);
+    assert_int_equal(st.frontier, 120);
+    tn_cursor_fini(&st);
+    tn_io_fail_create_after(0, UV_EIO);
+    assert_int_equal(fin_range(fx, cl, 120, 170), 0);
+    assert_int_equal(fin_range(fx, cl, 170, 171), UV_EIO);
+    tn_io_fail_create_after(-1, 0);
+    assert_int_equal(tn_chanlog_err(cl), UV_EIO);
+}
+
 static void test_crash_between_rename_and_truncate(void **state)
 {
     fx_t *fx = *state;
@@ -449,6 +488,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_records_survive_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wal_zero_tail_trimmed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_checkpoints_bound_the_wal, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_disk_checkpoint_retried, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_between_rename_and_truncate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_torn_wal_tail, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damage_isolates, setup, teardown),
