@@ -843,6 +843,8 @@ void tn__broker_rewake(tn_chpart_t *cp)
     tn_heap_node_t *pm = tn_heap_min(&cp->pending);
     if (pm != NULL && pm->key < at)
         at = pm->key;
+    if (cp->full != 0 && !cp->full_checking && cp->full_retry_ms < at)
+        at = cp->full_retry_ms; /* channel.c, full_check */
     if (cp->ch->deleted || b->closing)
         at = INT64_MAX;
     if (at == INT64_MAX) {

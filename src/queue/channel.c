@@ -9,6 +9,7 @@
 #include "core/name.h"
 #include "core/time.h"
 #include "queue/internal.h"
+#include "storage/io.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -74,6 +75,29 @@ static void log_broke(tn_chpart_t *cp)
     }
 }
 
+/* How long a channel partition whose log found the disk full waits
+ * before it checks for space again (full_check). */
+#define FULL_RETRY_MS 1000
+
+/* cp's log found the disk full (status): the records of that write
+ * failed, but the live state applied them. Until full_resume takes it
+ * back to the durable state, nothing is delivered from cp and nothing is
+ * recorded (settles answer status, their leases kept), and the wake heap
+ * brings full_check every FULL_RETRY_MS. */
+static void log_full(tn_chpart_t *cp, int status)
+{
+    if (cp->full != 0)
+        return;
+    cp->full = status;
+    cp->full_retry_ms = tn_now_mono_ms() + FULL_RETRY_MS;
+    cp->ch->topic->broker->logs_full++;
+    TN_LOG(TN_LOG_ERROR,
+           "channel %s of %s/%" PRIu32
+           ": log write failed (%s); delivery stops until space is freed",
+           cp->ch->name, cp->ch->topic->name, cp->part->index, tn_strerror(status));
+    tn__broker_rewake(cp);
+}
+
 /* Run the tn_channel_sync waits of cp that the completion of record
  * number done (the log's completed count) covers, with its status.
  * Records complete in the order queued, so a wait for seq is run by the
@@ -102,6 +126,8 @@ static void on_walop(tn_walop_t *op, int status)
             cp->synced_frontier = w->frontier_after;
         if (w->fin && cp->fins_unsynced > 0)
             cp->fins_unsynced--;
+    } else if (tn_io_nospace(status) && cp->cl != NULL && tn_chanlog_err(cp->cl) == 0) {
+        log_full(cp, status);
     } else if (!cp->broken && status != TN_ECLOSED) {
         log_broke(cp);
         TN_LOG(TN_LOG_ERROR, "channel %s of %s/%" PRIu32 ": log write failed (%s); delivery stops",
@@ -142,6 +168,8 @@ static void on_walop(tn_walop_t *op, int status)
  * and the partition broken. */
 static int record(tn_chpart_t *cp, const tn_walrec_t *rec)
 {
+    if (cp->full != 0)
+        return cp->full; /* nothing changed: log_full */
     walop_t *w = NULL;
     if (cp->cl != NULL && (w = walop_get()) == NULL)
         return UV_ENOMEM;
@@ -161,7 +189,7 @@ static int record(tn_chpart_t *cp, const tn_walrec_t *rec)
     w->start_ns = tn_now_mono_ns();
     w->fin = cp->cur.finish_count > finished; /* a FIN of an offset not settled before */
     w->op.data = w;
-    rc = tn_chanlog_submit(cp->cl, &w->op, rec, on_walop);
+    rc = tn_chanlog_submit_ex(cp->cl, &w->op, rec, on_walop, TN_WALOP_SPACE_OK);
     if (rc != 0) {
         walop_put(w);
         if (!cp->broken) {
@@ -186,7 +214,7 @@ static int log_failed(const tn_chpart_t *cp)
     if (cp->cl == NULL)
         return 0;
     int err = tn_chanlog_err(cp->cl);
-    return err != 0 ? err : cp->broken ? UV_EIO : 0;
+    return err != 0 ? err : cp->broken ? UV_EIO : cp->full;
 }
 
 static int record_fin(tn_chpart_t *cp, uint64_t offset)
@@ -354,6 +382,8 @@ static void chpart_fini(tn_chpart_t *cp)
     tn_broker_t *b = cp->ch->topic->broker;
     if (cp->failed)
         b->logs_failed--;
+    if (cp->full != 0)
+        b->logs_full--;
     if (tn_heap_contains(&cp->wake))
         tn_heap_remove(&b->wakes, &cp->wake);
     size_t pos = 0;
@@ -1199,7 +1229,7 @@ static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, boo
     if (cp->part->lease_until != 0 &&
         uv_now(cp->part->topic->broker->loop) >= cp->part->lease_until)
         return false; /* its leader's lease lapsed (cluster/handfence.h) */
-    if (cp->broken || tn_plog_err(cp->part->plog) != 0)
+    if (cp->broken || cp->full != 0 || tn_plog_err(cp->part->plog) != 0)
         return false;
     tn_part_t *part = cp->part;
     tn_topic_t *t = part->topic;
@@ -1542,10 +1572,96 @@ static void lease_end(tn_chpart_t *cp, tn_lease_t *l)
         tn__broker_unstarve(b);
 }
 
+/* Space again: the live state becomes the durable one (cur, moved in),
+ * which lacks what the failed writes applied: a FIN's message, its lease
+ * ended, is unsettled again and the scan delivers it; a REQ's message
+ * waits in the pending heap as before. Nothing is out to the log (see
+ * full_check), so nothing applied later is lost. */
+static void full_resume(tn_chpart_t *cp, tn_cursor_t *cur)
+{
+    tn_channel_t *ch = cp->ch;
+    tn_cursor_fini(&cp->cur);
+    cp->cur = *cur;
+    memset(cur, 0, sizeof(*cur));
+    cp->scan = cp->cur.frontier;
+    cp->synced_frontier = cp->cur.frontier;
+    cp->fins_unsynced = 0;
+    int64_t now_wall = tn_now_wall_ms();
+    int64_t now_mono = tn_now_mono_ms();
+    for (uint32_t i = 0; i < cp->cur.nrequeued; i++) {
+        const tn_requeue_t *r = &cp->cur.requeued[i];
+        if (tn_u64map_get(&cp->pend_map, r->offset) == NULL &&
+            tn_leases_get(&cp->leases, r->offset) == NULL)
+            (void)pend_add(cp, r->offset, r->attempts,
+                           wall_to_mono(r->due_ms, now_wall, now_mono)); /* else the scan */
+    }
+    cp->full = 0;
+    ch->topic->broker->logs_full--;
+    TN_LOG(TN_LOG_NOTICE, "channel %s of %s/%" PRIu32 ": its log writes again; delivery resumes",
+           ch->name, ch->topic->name, cp->part->index);
+    if (cp->cur.frontier < cp->part->first_offset) {
+        tn_walrec_t r = {.op = TN_WAL_EMPTY, .offset = cp->part->first_offset};
+        record(cp, &r);
+        cp->scan = cp->cur.frontier;
+    }
+    tn__chpart_take_pause(cp);
+    tn__broker_pump_later(ch);
+}
+
+static void on_full_state(tn_chanlog_state_t *req, int status)
+{
+    tn_chpart_t *cp = req->data;
+    tn_channel_t *ch = cp->ch;
+    tn_broker_t *b = ch->topic->broker;
+    cp->full_checking = false;
+    if (ch->deleted || cp->full == 0) {
+        if (status == 0)
+            tn_cursor_fini(&req->cur);
+    } else if (status == 0) {
+        full_resume(cp, &req->cur);
+    } else if (tn_io_nospace(status)) {
+        cp->full_retry_ms = tn_now_mono_ms() + FULL_RETRY_MS;
+    } else if (status == UV_ENOMEM) {
+        cp->full_retry_ms = tn_now_mono_ms() + FULL_RETRY_MS; /* tried again */
+    } else if (!cp->broken) {
+        log_broke(cp);
+        TN_LOG(TN_LOG_ERROR, "channel %s of %s/%" PRIu32 ": log write failed (%s); delivery stops",
+               ch->name, ch->topic->name, cp->part->index, tn_strerror(status));
+    }
+    if (!ch->deleted)
+        tn__broker_rewake(cp);
+    ch->busy--;
+    if (ch->deleted && ch->busy == 0)
+        tn__channel_free(ch);
+    tn__broker_work_done(b);
+}
+
+/* The wake heap's turn for a partition whose log found the disk full:
+ * once every record queued to the log has completed, ask the log whether
+ * it can grow again, and for its durable state (on_full_state). */
+static void full_check(tn_chpart_t *cp)
+{
+    if (tn_chanlog_completed(cp->cl) != tn_chanlog_submitted(cp->cl)) {
+        cp->full_retry_ms = tn_now_mono_ms() + 10; /* their completions first */
+        return;
+    }
+    cp->full_req.data = cp;
+    int rc = tn_chanlog_state(cp->cl, &cp->full_req, on_full_state);
+    if (rc != 0) {
+        cp->full_retry_ms = INT64_MAX; /* closing, or failed since: it says so */
+        return;
+    }
+    cp->full_checking = true;
+    cp->ch->busy++;
+    cp->ch->topic->broker->workers++;
+}
+
 void tn__chpart_wake(tn_chpart_t *cp, int64_t now_ms)
 {
     tn_channel_t *ch = cp->ch;
     bool any = false;
+    if (cp->full != 0 && !cp->full_checking && now_ms >= cp->full_retry_ms && cp->cl != NULL)
+        full_check(cp);
     tn_lease_t *l;
     while ((l = tn_leases_expired(&cp->leases, now_ms)) != NULL) {
         uint64_t off = l->offset;

@@ -367,6 +367,14 @@ struct tn_chpart_s {
     bool waiting_fetch;
     bool broken; /* its log failed (or is being dropped): no more deliveries */
     bool failed; /* its log failed while running: counted in the broker's logs_failed */
+    /* Its log's last write found the disk full (UV_ENOSPC, -EDQUOT; 0:
+     * no): no deliveries, settles refused with it, counted in the
+     * broker's logs_full, until the log can grow again and the live
+     * state is taken back to the durable one (channel.c, full_retry). */
+    int full;
+    bool full_checking;    /* a tn_chanlog_state request is out */
+    int64_t full_retry_ms; /* monotonic: when to check again (the wake heap) */
+    tn_chanlog_state_t full_req;
 };
 
 struct tn_channel_s {
@@ -700,6 +708,9 @@ struct tn_broker_s {
     /* Channel partitions whose log failed while running (a write or
      * fdatasync error, sticky): the node is not ready while any is open. */
     uint32_t logs_failed;
+    /* Channel partitions whose log found the disk full (tn_chpart_t.full):
+     * /ping says so until space is freed. */
+    uint32_t logs_full;
     /* counters */
     uint64_t timeouts;
     uint64_t dlq_moves;
@@ -886,6 +897,12 @@ void tn_broker_each_local_part(tn_broker_t *b, void (*fn)(tn_topic_t *t, uint32_
 static inline uint32_t tn_broker_logs_failed(const tn_broker_t *b)
 {
     return b->logs_failed;
+}
+/* How many open channel partitions' logs found the disk full (their
+ * deliveries and settles wait for space; not sticky). */
+static inline uint32_t tn_broker_logs_full(const tn_broker_t *b)
+{
+    return b->logs_full;
 }
 /* Put it back, deliverable after delay_ms (0: at once). */
 int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,

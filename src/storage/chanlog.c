@@ -4,8 +4,11 @@
  * DESIGN: a round on the WAL committer.
  *   1. Group the round's records by channel log, in arrival order.
  *   2. Per log: encode frames (seq continues the checkpoint's, sync_mark is
- *      the WAL length known durable), apply each to the committer's replica
- *      of the cursor, and write them with one pwrite.
+ *      the WAL length known durable), write them with one pwrite, and
+ *      apply each to the committer's replica of the cursor. A write that
+ *      finds the disk full, of a round whose records all allow it
+ *      (TN_WALOP_SPACE_OK), cuts the WAL back and fails that round's
+ *      records alone: nothing of them was applied or synced.
  *   3. fdatasync each log written; a failure is sticky for that log.
  *   4. Complete every record of the round.
  *   5. Checkpoint the logs that passed checkpoint_every records since their
@@ -283,6 +286,12 @@ int tn_chanlog_refuses(tn_chanlog_t *cl, const tn_walrec_t *rec)
 
 int tn_chanlog_submit(tn_chanlog_t *cl, tn_walop_t *op, const tn_walrec_t *rec, tn_walop_cb cb)
 {
+    return tn_chanlog_submit_ex(cl, op, rec, cb, 0);
+}
+
+int tn_chanlog_submit_ex(tn_chanlog_t *cl, tn_walop_t *op, const tn_walrec_t *rec, tn_walop_cb cb,
+                         unsigned flags)
+{
     if (cb == NULL)
         return UV_EINVAL;
     int err = tn_chanlog_refuses(cl, rec);
@@ -295,6 +304,7 @@ int tn_chanlog_submit(tn_chanlog_t *cl, tn_walop_t *op, const tn_walrec_t *rec, 
     op->cl = cl;
     op->cb = cb;
     op->pnext = NULL;
+    op->space_ok = (flags & TN_WALOP_SPACE_OK) != 0;
     cl->submitted++;
     tn__committer_submit(&cl->store->walc, &op->s);
     return 0;
@@ -323,6 +333,29 @@ static void checkpoint(tn_chanlog_t *cl)
     atomic_fetch_add_explicit(&cl->checkpoints, 1, memory_order_relaxed);
 }
 
+static void fail_round(tn_chanlog_t *cl, int rc)
+{
+    for (tn_walop_t *op = cl->rhead; op != NULL; op = op->pnext)
+        op->s.status = rc;
+}
+
+/* The WAL write of this round failed with rc (nothing applied yet). */
+static void write_failed(tn_chanlog_t *cl, int rc)
+{
+    bool space = tn_io_nospace(rc);
+    for (tn_walop_t *op = cl->rhead; space && op != NULL; op = op->pnext)
+        space = op->space_ok;
+    int cut = space ? tn_io_ftruncate(cl->fd, cl->wal_size) : 0;
+    if (space && cut == 0) {
+        cl->alloc = cl->wal_size;
+        TN_LOG_RL(TN_LOG_WARN, 60000, "channel %s in %s: writing the WAL: %s", cl->name, cl->dir,
+                  tn_strerror(rc));
+    } else {
+        set_sticky(cl, cut != 0 ? cut : rc, "writing the WAL");
+    }
+    fail_round(cl, rc);
+}
+
 static void write_log(tn__committer_t *c, tn_chanlog_t *cl)
 {
     size_t n = 0;
@@ -332,8 +365,7 @@ static void write_log(tn__committer_t *c, tn_chanlog_t *cl)
     if (need > c->scratch_cap) {
         void *p = tn_realloc(c->scratch, need);
         if (p == NULL) {
-            for (tn_walop_t *op = cl->rhead; op != NULL; op = op->pnext)
-                op->s.status = UV_ENOMEM;
+            fail_round(cl, UV_ENOMEM);
             return;
         }
         c->scratch = p;
@@ -344,49 +376,48 @@ static void write_log(tn__committer_t *c, tn_chanlog_t *cl)
          * longer WAL for damage. */
         set_sticky(cl, UV_ENOSPC, "the WAL reached %u bytes with no checkpoint written",
                    WAL_MAX_BYTES);
-        for (tn_walop_t *op = cl->rhead; op != NULL; op = op->pnext)
-            op->s.status = UV_ENOSPC;
+        fail_round(cl, UV_ENOSPC);
         return;
     }
     unsigned char *buf = c->scratch;
     size_t len = 0;
     uint32_t mark = (uint32_t)TN_MIN(cl->synced, (uint64_t)UINT32_MAX);
-    for (tn_walop_t *op = cl->rhead; op != NULL; op = op->pnext) {
-        len += tn_wal_encode(buf + len, &op->rec, cl->next_seq, mark);
-        int rc = tn_cursor_apply(&cl->durable, &op->rec);
-        if (rc != 0) {
-            /* The replica would no longer match the WAL: stop here. */
-            set_sticky(cl, rc, "applying a WAL record");
-            break;
-        }
-        cl->durable.seq = cl->next_seq++;
-    }
-    int rc = atomic_load(&cl->err);
-    /* The replica and the WAL advance together: seq is dense. */
-    TN_DASSERT(rc != 0 || cl->durable.seq + 1 == cl->next_seq);
-    if (rc == 0 && cl->wal_size + len > cl->alloc) {
+    uint64_t seq = cl->next_seq;
+    for (tn_walop_t *op = cl->rhead; op != NULL; op = op->pnext)
+        len += tn_wal_encode(buf + len, &op->rec, seq++, mark);
+    if (cl->wal_size + len > cl->alloc) {
         uint64_t target = cl->wal_size + len + WAL_ZERO_AHEAD;
         if (tn_io_write_zeros(cl->fd, cl->wal_size + len, target) == 0) {
             cl->alloc = target;
         } else {
             /* A full disk costs only the speed-up. */
-            rc = tn_io_ftruncate(cl->fd, cl->wal_size);
+            int rc = tn_io_ftruncate(cl->fd, cl->wal_size);
             cl->alloc = cl->wal_size;
-            if (rc != 0)
+            if (rc != 0) {
                 set_sticky(cl, rc, "truncating the WAL's zeroed tail");
+                fail_round(cl, rc);
+                return;
+            }
         }
     }
-    if (rc == 0) {
-        rc = tn_io_pwrite(cl->fd, buf, len, cl->wal_size);
-        if (rc != 0)
-            set_sticky(cl, rc, "writing the WAL");
-        else
-            cl->wal_size += len;
-    }
+    int rc = tn_io_pwrite(cl->fd, buf, len, cl->wal_size);
     if (rc != 0) {
-        for (tn_walop_t *op = cl->rhead; op != NULL; op = op->pnext)
-            op->s.status = rc;
+        write_failed(cl, rc);
+        return;
     }
+    cl->wal_size += len;
+    for (tn_walop_t *op = cl->rhead; op != NULL; op = op->pnext) {
+        rc = tn_cursor_apply(&cl->durable, &op->rec);
+        if (rc != 0) {
+            /* The replica would no longer match the WAL. */
+            set_sticky(cl, rc, "applying a WAL record");
+            fail_round(cl, rc);
+            break;
+        }
+        cl->durable.seq = cl->next_seq++;
+    }
+    /* The replica and the WAL advance together: seq is dense. */
+    TN_DASSERT(rc != 0 || cl->durable.seq + 1 == cl->next_seq);
     cl->since_ckpt += (uint32_t)n;
 }
 
@@ -461,6 +492,52 @@ void tn__chanlog_round(tn__committer_t *c, tn__sreq_t *round)
     }
 
     tn__round_exec(c, controls);
+}
+
+static void state_exec(tn__committer_t *c, tn__sreq_t *s)
+{
+    tn_chanlog_state_t *req = (tn_chanlog_state_t *)s;
+    tn_chanlog_t *cl = req->cl;
+    int rc = atomic_load(&cl->err);
+    if (rc == 0 && cl->alloc < cl->wal_size + WAL_ZERO_AHEAD) {
+        /* Space to write in again: the zeros a write puts ahead anyway. */
+        uint64_t target = cl->wal_size + WAL_ZERO_AHEAD;
+        rc = tn_io_write_zeros(cl->fd, cl->alloc, target);
+        if (rc == 0) {
+            cl->alloc = target;
+        } else {
+            int cut = tn_io_ftruncate(cl->fd, cl->wal_size);
+            cl->alloc = cl->wal_size;
+            if (!tn_io_nospace(rc) || cut != 0)
+                set_sticky(cl, cut != 0 ? cut : rc, "writing zeros ahead of the WAL");
+        }
+    }
+    if (rc == 0)
+        rc = tn_cursor_copy(&req->cur, &cl->durable);
+    s->status = rc;
+    tn__store_complete(c->store, s, s);
+}
+
+static void state_done(tn__sreq_t *s)
+{
+    tn_chanlog_state_t *req = (tn_chanlog_state_t *)s;
+    req->cb(req, s->status);
+}
+
+int tn_chanlog_state(tn_chanlog_t *cl, tn_chanlog_state_t *req, tn_chanlog_state_cb cb)
+{
+    if (cl->closing)
+        return TN_ECLOSED;
+    int err = atomic_load(&cl->err);
+    if (err != 0)
+        return err;
+    memset(&req->s, 0, sizeof(req->s));
+    req->s.exec = state_exec;
+    req->s.done = state_done;
+    req->cl = cl;
+    req->cb = cb;
+    tn__committer_submit(&cl->store->walc, &req->s);
+    return 0;
 }
 
 static void close_exec(tn__committer_t *c, tn__sreq_t *s)

@@ -38,6 +38,23 @@ struct tn_walop_s {
     tn_chanlog_t *cl;
     tn_walop_cb cb;
     tn_walop_t *pnext;
+    bool space_ok; /* TN_WALOP_SPACE_OK */
+};
+
+/* A full disk may fail this record alone (tn_chanlog_submit_ex). */
+#define TN_WALOP_SPACE_OK 1u
+
+/* The WAL committer's copy of the durable state (tn_chanlog_state):
+ * caller-owned, in use until its callback returns. */
+typedef struct tn_chanlog_state_s tn_chanlog_state_t;
+typedef void (*tn_chanlog_state_cb)(tn_chanlog_state_t *req, int status);
+struct tn_chanlog_state_s {
+    tn__sreq_t s; /* private */
+    void *data;
+    tn_cursor_t cur; /* on success: the caller's (tn_cursor_fini) */
+    /* Private. */
+    tn_chanlog_t *cl;
+    tn_chanlog_state_cb cb;
 };
 
 struct tn_chanlog_s {
@@ -87,6 +104,20 @@ int tn_chanlog_open(tn_store_t *store, const char *topic, uint32_t partition, co
 /* Queue one record. 0, or at once the sticky error, TN_ECLOSED or
  * UV_EINVAL (unknown op). cb runs on the loop thread after the fdatasync. */
 int tn_chanlog_submit(tn_chanlog_t *cl, tn_walop_t *op, const tn_walrec_t *rec, tn_walop_cb cb);
+/* The same with flags. TN_WALOP_SPACE_OK: when the WAL write of a round
+ * whose records all have it finds the disk full (UV_ENOSPC, -EDQUOT),
+ * those records fail with that error and the log stays usable (its
+ * committer state and the WAL file as before the round); the caller must
+ * then take back what it applied for them (tn_chanlog_state). Without
+ * it, such a failure is sticky. */
+int tn_chanlog_submit_ex(tn_chanlog_t *cl, tn_walop_t *op, const tn_walrec_t *rec, tn_walop_cb cb,
+                         unsigned flags);
+/* Loop thread: after every record queued so far, check that the WAL can
+ * grow again (writes zeros ahead of it) and copy the state its records
+ * made durable into req->cur. cb runs on the loop thread with 0, the
+ * disk-full error (req->cur untouched), the sticky error, or UV_ENOMEM.
+ * Returns 0, or TN_ECLOSED / the sticky error at once (cb not called). */
+int tn_chanlog_state(tn_chanlog_t *cl, tn_chanlog_state_t *req, tn_chanlog_state_cb cb);
 
 /* Loop thread: what tn_chanlog_submit would refuse rec with now (closing,
  * the log's sticky error, a record that does not encode), or 0. A caller

@@ -24,8 +24,9 @@
  * test_durable_on_a_full_disk runs the first scenario with the disk
  * full now and then: in each wave one write and one file create fail
  * with ENOSPC (a batch's records, a roll's sidecar or next segment, a
- * channel log's frame or checkpoint), which fails those requests alone,
- * before the cut.
+ * channel log's frames or checkpoint), which fails those requests alone,
+ * before the cut (FINs are submitted as the queue engine does, with
+ * TN_WALOP_SPACE_OK).
  *
  * The directory carries over between iterations, so later iterations
  * recover from what earlier cuts left. */
@@ -281,7 +282,8 @@ static long iterate(uv_loop_t *loop, const char *dir, tn_store_opts_t *opts, led
             f->pending = &pending;
             f->op.data = f;
             tn_walrec_t r = {TN_WAL_FIN, off, 0, 0, 0};
-            if (tn_chanlog_submit(cls[p], &f->op, &r, on_fin) == 0) {
+            unsigned flags = full_disk ? TN_WALOP_SPACE_OK : 0; /* as the queue engine's */
+            if (tn_chanlog_submit_ex(cls[p], &f->op, &r, on_fin, flags) == 0) {
                 pending++;
                 nf++;
             }

@@ -124,9 +124,10 @@ static void part_failure(tn_topic_t *t, uint32_t p, void *arg)
 }
 
 /* nsqd's health (its GetHealth): "OK", or "NOK - <error>" while writes to
- * this node's storage fail: channel logs that failed (until a restart), a
- * partition's log that failed (sticky), or one whose last write found the
- * disk full (until a write to it succeeds). The first failure found is
+ * this node's storage fail: channel logs that failed (until a restart) or
+ * found the disk full (until they write again), a partition's log that
+ * failed (sticky), or one whose last write found the disk full (until a
+ * write to it succeeds). The first failure found is
  * named, with how many more there are. out gets the text; returns
  * whether healthy. */
 static bool health(const tn_nsq_http_t *api, char *out, size_t size)
@@ -137,6 +138,11 @@ static bool health(const tn_nsq_http_t *api, char *out, size_t size)
             logs_failed_why(api, f.first, sizeof(f.first));
             f.n++;
         }
+        if (tn_broker_logs_full(api->broker) != 0 && f.n++ == 0)
+            snprintf(f.first, sizeof(f.first),
+                     "%" PRIu32 " channel log(s) found the disk full; their delivery resumes "
+                     "once space is freed",
+                     tn_broker_logs_full(api->broker));
         tn_broker_each_local_part(api->broker, part_failure, &f);
     }
     if (f.n == 0)

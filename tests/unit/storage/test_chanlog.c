@@ -58,8 +58,9 @@ static void on_op(tn_walop_t *op, int status)
         w->status = status;
 }
 
-/* Submit FIN for each offset in [from, to) at once, then wait for all. */
-static int fin_range(fx_t *fx, tn_chanlog_t *cl, uint64_t from, uint64_t to)
+/* Submit FIN for each offset in [from, to) at once (with flags), then
+ * wait for all. */
+static int fin_range_ex(fx_t *fx, tn_chanlog_t *cl, uint64_t from, uint64_t to, unsigned flags)
 {
     size_t n = (size_t)(to - from);
     tn_walop_t *ops = calloc(n, sizeof(*ops));
@@ -67,7 +68,7 @@ static int fin_range(fx_t *fx, tn_chanlog_t *cl, uint64_t from, uint64_t to)
     for (size_t i = 0; i < n; i++) {
         tn_walrec_t r = {TN_WAL_FIN, from + i, 0, 0, 0};
         ops[i].data = &w;
-        int rc = tn_chanlog_submit(cl, &ops[i], &r, on_op);
+        int rc = tn_chanlog_submit_ex(cl, &ops[i], &r, on_op, flags);
         if (rc != 0) {
             w.done++;
             w.status = rc;
@@ -77,6 +78,11 @@ static int fin_range(fx_t *fx, tn_chanlog_t *cl, uint64_t from, uint64_t to)
         uv_run(&fx->loop, UV_RUN_ONCE);
     free(ops);
     return w.status;
+}
+
+static int fin_range(fx_t *fx, tn_chanlog_t *cl, uint64_t from, uint64_t to)
+{
+    return fin_range_ex(fx, cl, from, to, 0);
 }
 
 static void test_records_survive_reopen(void **state)
@@ -199,6 +205,70 @@ static void test_full_disk_checkpoint_retried(void **state)
     assert_int_equal(fin_range(fx, cl, 170, 171), UV_EIO);
     tn_io_fail_create_after(-1, 0);
     assert_int_equal(tn_chanlog_err(cl), UV_EIO);
+}
+
+typedef struct {
+    bool done;
+    int status;
+} state_wait_t;
+
+static void on_state(tn_chanlog_state_t *req, int status)
+{
+    state_wait_t *w = req->data;
+    w->done = true;
+    w->status = status;
+}
+
+static int get_state(fx_t *fx, tn_chanlog_t *cl, tn_chanlog_state_t *req)
+{
+    state_wait_t w = {false, 0};
+    req->data = &w;
+    int rc = tn_chanlog_state(cl, req, on_state);
+    if (rc != 0)
+        return rc;
+    while (!w.done)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    return w.status;
+}
+
+/* A WAL write that finds the disk full fails its round's records alone
+ * when they all allow it (TN_WALOP_SPACE_OK): the committer's state and
+ * the WAL stay as before the round, tn_chanlog_state tells whether the
+ * WAL can grow again and gives that state, and later records go on from
+ * it. Without the flag the failure is sticky. */
+static void test_full_disk_wal_write(void **state)
+{
+    fx_t *fx = *state;
+    tn_cursor_t st;
+    tn_chanlog_t *cl = open_cl(fx, "c", &st);
+    tn_cursor_fini(&st);
+    const unsigned ok = TN_WALOP_SPACE_OK;
+    assert_int_equal(fin_range_ex(fx, cl, 0, 10, ok), 0);
+    tn_io_fail_write_after(0, UV_ENOSPC); /* the frames (zeros are ahead) */
+    assert_int_equal(fin_range_ex(fx, cl, 10, 15, ok), UV_ENOSPC);
+    tn_io_fail_write_after(-1, 0);
+    assert_int_equal(tn_chanlog_err(cl), 0);
+    tn_chanlog_state_t req;
+    tn_io_fail_write_after(0, -EDQUOT); /* the zeros it writes to see */
+    assert_int_equal(get_state(fx, cl, &req), -EDQUOT);
+    tn_io_fail_write_after(-1, 0);
+    assert_int_equal(tn_chanlog_err(cl), 0);
+    assert_int_equal(get_state(fx, cl, &req), 0);
+    assert_int_equal(req.cur.frontier, 10); /* 10..14 never written */
+    assert_int_equal(req.cur.finish_count, 10);
+    tn_cursor_fini(&req.cur);
+    assert_int_equal(fin_range_ex(fx, cl, 10, 20, ok), 0);
+    tu_fx_reopen(fx);
+    cl = open_cl(fx, "c", &st);
+    assert_int_equal(st.frontier, 20);
+    assert_int_equal(st.finish_count, 20);
+    tn_cursor_fini(&st);
+    assert_int_equal(fin_range_ex(fx, cl, 20, 21, ok), 0); /* zeros ahead again */
+    tn_io_fail_write_after(0, UV_ENOSPC);
+    assert_int_equal(fin_range(fx, cl, 21, 22), UV_ENOSPC);
+    tn_io_fail_write_after(-1, 0);
+    assert_int_equal(tn_chanlog_err(cl), UV_ENOSPC);
+    assert_int_equal(get_state(fx, cl, &req), UV_ENOSPC);
 }
 
 static void test_crash_between_rename_and_truncate(void **state)
@@ -489,6 +559,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_wal_zero_tail_trimmed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_checkpoints_bound_the_wal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_disk_checkpoint_retried, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_disk_wal_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_between_rename_and_truncate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_torn_wal_tail, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damage_isolates, setup, teardown),
