@@ -98,6 +98,17 @@ static void log_full(tn_chpart_t *cp, int status)
     tn__broker_rewake(cp);
 }
 
+/* cp's log failed with status (sticky) while running: say so once, and
+ * stop (log_broke). TN_ECLOSED: the log is closing, nothing to say. */
+static void log_failed_with(tn_chpart_t *cp, int status)
+{
+    if (cp->broken || status == TN_ECLOSED)
+        return;
+    log_broke(cp);
+    TN_LOG(TN_LOG_ERROR, "channel %s of %s/%" PRIu32 ": log write failed (%s); delivery stops",
+           cp->ch->name, cp->ch->topic->name, cp->part->index, tn_strerror(status));
+}
+
 /* Run the tn_channel_sync waits of cp that the completion of record
  * number done (the log's completed count) covers, with its status.
  * Records complete in the order queued, so a wait for seq is run by the
@@ -128,10 +139,8 @@ static void on_walop(tn_walop_t *op, int status)
             cp->fins_unsynced--;
     } else if (tn_io_nospace(status) && cp->cl != NULL && tn_chanlog_err(cp->cl) == 0) {
         log_full(cp, status);
-    } else if (!cp->broken && status != TN_ECLOSED) {
-        log_broke(cp);
-        TN_LOG(TN_LOG_ERROR, "channel %s of %s/%" PRIu32 ": log write failed (%s); delivery stops",
-               ch->name, ch->topic->name, cp->part->index, tn_strerror(status));
+    } else {
+        log_failed_with(cp, status);
     }
     tn_walrec_t rec = w->op.rec;
     uint64_t frontier = w->frontier_after;
@@ -1619,14 +1628,10 @@ static void on_full_state(tn_chanlog_state_t *req, int status)
             tn_cursor_fini(&req->cur);
     } else if (status == 0) {
         full_resume(cp, &req->cur);
-    } else if (tn_io_nospace(status)) {
-        cp->full_retry_ms = tn_now_mono_ms() + FULL_RETRY_MS;
-    } else if (status == UV_ENOMEM) {
-        cp->full_retry_ms = tn_now_mono_ms() + FULL_RETRY_MS; /* tried again */
-    } else if (!cp->broken) {
-        log_broke(cp);
-        TN_LOG(TN_LOG_ERROR, "channel %s of %s/%" PRIu32 ": log write failed (%s); delivery stops",
-               ch->name, ch->topic->name, cp->part->index, tn_strerror(status));
+    } else if (tn_io_nospace(status) || status == UV_ENOMEM) {
+        cp->full_retry_ms = tn_now_mono_ms() + FULL_RETRY_MS; /* checked again */
+    } else {
+        log_failed_with(cp, status);
     }
     if (!ch->deleted)
         tn__broker_rewake(cp);
@@ -1648,7 +1653,8 @@ static void full_check(tn_chpart_t *cp)
     cp->full_req.data = cp;
     int rc = tn_chanlog_state(cp->cl, &cp->full_req, on_full_state);
     if (rc != 0) {
-        cp->full_retry_ms = INT64_MAX; /* closing, or failed since: it says so */
+        cp->full_retry_ms = INT64_MAX; /* closing, or failed since */
+        log_failed_with(cp, rc);
         return;
     }
     cp->full_checking = true;

@@ -216,14 +216,39 @@ class DiskFull(unittest.TestCase):
         self.assertFalse(missing, f"lost by the restart: {sorted(missing)[:10]}")
 
     def fill_disk(self):
-        """Takes every block still free with a file of its own."""
-        with open(os.path.join(self.mnt, "filler"), "wb") as f:
+        """Takes every block still free with files of its own (filler*).
+        ext4 frees the blocks of a cut file only once its journal commits:
+        after each pass a sync, and another pass takes what that freed.
+        The last blocks go to small files: growing the big one can need a
+        block for its extent tree as well, which a small new file (a
+        sidecar index) does not."""
+        with open(os.path.join(self.mnt, "filler"), "wb", buffering=0) as f:
+            for _ in range(3):
+                try:
+                    while True:
+                        f.write(b"\xee" * 4096)
+                except OSError:
+                    pass
+                os.sync()
+        failed = 0
+        for i in range(64):
             try:
-                while True:
-                    f.write(b"\xee" * 4096)
+                with open(os.path.join(self.mnt, f"filler.{i}"), "wb") as f:
+                    f.write(b"\xee" * 1024)
                     f.flush()
+                    os.fsync(f.fileno())
+                failed = 0
             except OSError:
-                pass
+                failed += 1
+                if failed == 3:
+                    break
+                os.sync()
+        self.assertEqual(os.statvfs(self.mnt).f_bavail, 0)
+
+    def free_filler(self):
+        for name in os.listdir(self.mnt):
+            if name.startswith("filler"):
+                os.unlink(os.path.join(self.mnt, name))
 
     def test_a_roll_on_a_full_disk(self):
         """A publish that needs a new segment on a full disk (the sidecar
@@ -257,7 +282,7 @@ class DiskFull(unittest.TestCase):
         self.assertEqual(files(".log"), logs)
         self.assert_unhealthy(d, "partition t/...")
         self.assertNotIn("until restart", d.log())
-        os.unlink(os.path.join(self.mnt, "filler"))
+        self.free_filler()
         os.unlink(self.spare)
         c = Conn(d.tcp_port)
         try:
@@ -342,7 +367,7 @@ class DiskFull(unittest.TestCase):
                                        "stops until space is freed"), 1, d.log())
         # The operator frees space: with no restart, each refused FIN's
         # message is delivered again, and the rest of the backlog.
-        os.unlink(os.path.join(self.mnt, "filler"))
+        self.free_filler()
         deadline = time.monotonic() + 10
         while self.health(d)[1] != "OK" and time.monotonic() < deadline:
             time.sleep(0.2)
