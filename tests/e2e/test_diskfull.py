@@ -207,7 +207,11 @@ class DiskFull(unittest.TestCase):
         self.assert_healthy(d)
         log = d.log()
         self.assertLess(log.count("no space left on device"), 10, log)
-        # Every acknowledged message is there, and again after a SIGKILL.
+        self.assert_kept(d, ledger)
+
+    def assert_kept(self, d, ledger):
+        """Every acknowledged message is there (channel c), and again after
+        a SIGKILL (channel k, made before the publishes)."""
         missing = ledger - self.consume_all(d, "c")
         self.assertFalse(missing, f"acknowledged, not delivered: {sorted(missing)[:10]}")
         d.kill()
@@ -295,12 +299,7 @@ class DiskFull(unittest.TestCase):
         self.assertEqual(len(files(".log")), len(logs) + 1)
         self.assertIn(logs[-1][:-4] + ".idx", files(".idx"))
         self.assert_healthy(d)
-        missing = ledger - self.consume_all(d, "c")
-        self.assertFalse(missing, f"acknowledged, not delivered: {sorted(missing)[:10]}")
-        d.kill()
-        d = self.start()
-        missing = ledger - self.consume_all(d, "k")
-        self.assertFalse(missing, f"lost by the restart: {sorted(missing)[:10]}")
+        self.assert_kept(d, ledger)
 
     def test_restart_on_the_still_full_disk(self):
         """A start on a disk with no block free is refused (libraft cannot

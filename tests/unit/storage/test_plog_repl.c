@@ -451,7 +451,13 @@ static void test_retention_trims_epochs(void **state)
 
 /* Copy everything from leader to follower through read_raw/append_raw in
  * pieces of at most max_bytes; returns the number of pieces. */
-static int copy_all(fx_t *fx, tn_plog_t *leader, tn_plog_t *follower, size_t max_bytes)
+/* Copy what follower lacks of leader, in pieces of at most max_bytes;
+ * with full_every > 0, the first try of every full_every-th piece finds
+ * the disk full (its first write fails with ENOSPC), which must fail
+ * that append alone (counted in *refused) and leave the log as it was
+ * for the next try. Returns the pieces copied. */
+static int copy_pieces(fx_t *fx, tn_plog_t *leader, tn_plog_t *follower, size_t max_bytes,
+                       int full_every, int *refused)
 {
     int pieces = 0;
     tn_buf_t b;
@@ -465,15 +471,28 @@ static int copy_all(fx_t *fx, tn_plog_t *leader, tn_plog_t *follower, size_t max
             break;
         tn_epoch_entry_t e[8];
         uint32_t ne = tn_plog_epochs_range(leader, from, from + n, e, 8);
-        areq_t a = {.w = NULL};
-        a.req.data = &a;
-        assert_int_equal(tn_plog_append_raw(follower, &a.req, tn_buf_data(&b), tn_buf_size(&b),
-                                            from, e, ne, on_areq),
-                         0);
-        run_until(&fx->loop, &a.done);
-        assert_int_equal(a.status, 0);
-        assert_int_equal(a.req.first_offset, from);
-        assert_int_equal(tn_plog_written_next(follower), from + n);
+        for (int attempt = 0;; attempt++) {
+            areq_t a = {.w = NULL};
+            a.req.data = &a;
+            bool full = attempt == 0 && full_every > 0 && pieces % full_every == 0;
+            if (full)
+                tn_io_fail_write_after(0, UV_ENOSPC);
+            assert_int_equal(tn_plog_append_raw(follower, &a.req, tn_buf_data(&b), tn_buf_size(&b),
+                                                from, e, ne, on_areq),
+                             0);
+            run_until(&fx->loop, &a.done);
+            tn_io_fail_write_after(-1, 0);
+            assert_int_equal(tn_plog_err(follower), 0);
+            if (a.status == 0) {
+                assert_int_equal(a.req.first_offset, from);
+                assert_int_equal(tn_plog_written_next(follower), from + n);
+                break;
+            }
+            assert_true(full);
+            assert_int_equal(a.status, UV_ENOSPC);
+            assert_int_equal(tn_plog_written_next(follower), from);
+            (*refused)++;
+        }
         pieces++;
     }
     tn_buf_fini(&b);
@@ -481,6 +500,11 @@ static int copy_all(fx_t *fx, tn_plog_t *leader, tn_plog_t *follower, size_t max
     while (tn_plog_durable_next(follower) < tn_plog_written_next(follower))
         uv_sleep(1);
     return pieces;
+}
+
+static int copy_all(fx_t *fx, tn_plog_t *leader, tn_plog_t *follower, size_t max_bytes)
+{
+    return copy_pieces(fx, leader, follower, max_bytes, 0, NULL);
 }
 
 /* Every offset of a and b reads the same: the same record (with the
@@ -652,53 +676,19 @@ static void test_raw_copy(void **state)
     expect_same(leader, follower);
 }
 
-/* A follower's copy that finds the disk full (its records, or the roll
- * it needs) fails that append alone: the offsets go back, the epochs the
- * copy carried stay assigned (the same copy, fetched again, assigns them
- * again), and the next try writes it. */
+/* A follower's copy that finds the disk full (its records, the roll it
+ * needs, or the epochs file it saves first) fails that append alone: the
+ * offsets go back (and the epochs it carried when their file could not be
+ * saved), and the next try writes it. */
 static void test_raw_copy_full_disk(void **state)
 {
     fx_t *fx = *state;
     tn_plog_t *leader = open_log(fx, "lead", 0);
     tn_plog_t *follower = open_log(fx, "follow", 0);
     build_leader(fx, leader);
-    tn_buf_t b;
-    tn_buf_init(&b);
     int refused = 0;
-    for (int piece = 0;; piece++) {
-        uint64_t from = tn_plog_written_next(follower);
-        uint32_t n;
-        tn_buf_reset(&b);
-        assert_int_equal(tn_plog_read_raw(leader, from, 3000, &b, &n), 0);
-        if (n == 0)
-            break;
-        tn_epoch_entry_t e[8];
-        uint32_t ne = tn_plog_epochs_range(leader, from, from + n, e, 8);
-        for (int attempt = 0;; attempt++) {
-            areq_t a = {.w = NULL};
-            a.req.data = &a;
-            if (attempt == 0 && piece % 3 == 0)
-                tn_io_fail_write_after(0, UV_ENOSPC);
-            assert_int_equal(tn_plog_append_raw(follower, &a.req, tn_buf_data(&b), tn_buf_size(&b),
-                                                from, e, ne, on_areq),
-                             0);
-            run_until(&fx->loop, &a.done);
-            tn_io_fail_write_after(-1, 0);
-            assert_int_equal(tn_plog_err(follower), 0);
-            if (a.status == 0) {
-                assert_int_equal(tn_plog_written_next(follower), from + n);
-                break;
-            }
-            assert_int_equal(a.status, UV_ENOSPC);
-            assert_int_equal(tn_plog_written_next(follower), from);
-            assert_int_equal(attempt, 0);
-            refused++;
-        }
-    }
-    tn_buf_fini(&b);
+    copy_pieces(fx, leader, follower, 3000, 3, &refused);
     assert_true(refused > 5);
-    while (tn_plog_durable_next(follower) < tn_plog_written_next(follower))
-        uv_sleep(1);
     expect_same(leader, follower);
     tu_fx_reopen(fx);
     leader = open_log(fx, "lead", 0);
