@@ -4,6 +4,7 @@
 
 #include "core/err.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -27,6 +28,8 @@ const char *tn_strerror(int err)
         return text;
         TN_ERR_MAP(TN_ERR_TEXT)
 #undef TN_ERR_TEXT
+    case -EDQUOT: /* a quota's full disk: libuv has no code for it */
+        return "disk quota exceeded";
     default:
         return uv_strerror(err);
     }
@@ -42,6 +45,8 @@ const char *tn_err_name(int err)
         return "TN_E" #name;
         TN_ERR_MAP(TN_ERR_NAME)
 #undef TN_ERR_NAME
+    case -EDQUOT:
+        return "EDQUOT";
     default:
         return uv_err_name(err);
     }

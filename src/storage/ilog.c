@@ -23,7 +23,10 @@
  *      moves back. Segments go oldest first, so what a crash leaves is a
  *      contiguous suffix.
  *   6. A failed write or fdatasync is latched: every later append fails
- *      with it and the fsync is never retried.
+ *      with it and the fsync is never retried. Except a write or a
+ *      rotation's create that finds the disk full (tn_io_nospace): the
+ *      segment is cut back, the seqs given back, and the appends from
+ *      there fail alone; nothing of them was synced.
  *
  * DESIGN: a round on the log committer (plog.c calls in).
  *   1. tn__ilog_take moves the round's ingress appends out of the chain.
@@ -632,8 +635,8 @@ static int create_segment(tn_ilog_t *l, uint64_t base, uint64_t stream, iseg_t *
         return rc;
     s->stream = stream;
     rc = tn_io_open(s->path, O_RDWR | O_CREAT | O_EXCL, 0644, &s->fd);
-    if (rc == 0)
-        rc = tn_io_fsync_dir(l->dir);
+    if (rc == 0 && (rc = tn_io_fsync_dir(l->dir)) != 0)
+        latch(l, rc, "fsync of the directory after creating %s", s->path);
     if (rc != 0) {
         seg_unref(s);
         return rc;
@@ -919,7 +922,13 @@ static int flush(tn_ilog_t *l, size_t niov, size_t nframes, uint64_t wend)
     iseg_t *s = active_seg(l);
     int rc = tn_io_pwritev(s->fd, l->iov, (int)niov, s->size);
     if (rc != 0) {
-        latch(l, rc, "writing segment %s", s->path);
+        if (tn_io_nospace(rc) && tn_io_ftruncate(s->fd, s->size) == 0) {
+            l->wnext = atomic_load(&l->next_seq); /* this flush's seqs go back */
+            TN_LOG_RL(TN_LOG_ERROR, 60000, "ingress log: writing segment %s: %s", s->path,
+                      tn_strerror(rc));
+        } else {
+            latch(l, rc, "writing segment %s", s->path);
+        }
         return rc;
     }
     uv_mutex_lock(&l->lock);
@@ -955,6 +964,11 @@ static int rotate(tn_ilog_t *l)
     atomic_store(&l->durable_seq, old->base + old->count);
     iseg_t *s;
     rc = create_segment(l, l->wnext, old->stream + old->size, &s);
+    if (tn_io_nospace(rc)) {
+        TN_LOG_RL(TN_LOG_ERROR, 60000, "ingress log: creating segment %020" PRIu64 ".log: %s",
+                  l->wnext, tn_strerror(rc));
+        return rc; /* the old one stays active; the next round rotates again */
+    }
     if (rc != 0) {
         latch(l, rc, "creating segment %020" PRIu64 ".log", l->wnext);
         return rc;
@@ -997,10 +1011,12 @@ static void write_log(tn_ilog_t *l)
                 fail_from(group, rc);
                 return;
             }
-            /* What was flushed is synced by the rotation: when it fails,
-             * so do they (the power-loss test caught them acknowledged). */
+            /* What was flushed is synced by the rotation: when that
+             * fails, so do they (the power-loss test caught them
+             * acknowledged); when only the next segment's create does
+             * (a full disk, not latched), they stand. */
             if ((rc = rotate(l)) != 0) {
-                fail_from(group, rc);
+                fail_from(atomic_load(&l->err) != 0 ? group : a, rc);
                 return;
             }
             s = active_seg(l);

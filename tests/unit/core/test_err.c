@@ -5,6 +5,7 @@
 
 #include "core/err.h"
 
+#include <errno.h>
 #include <string.h>
 
 static void test_error_table(void **state)
@@ -22,6 +23,9 @@ static void test_error_table(void **state)
         assert_true(strlen(tn_strerror(e)) > 5);
     }
     assert_int_equal(tn_err_from_errno(5), -5);
+    /* A quota's full disk, which libuv has no code for. */
+    assert_string_equal(tn_strerror(-EDQUOT), "disk quota exceeded");
+    assert_string_equal(tn_err_name(-EDQUOT), "EDQUOT");
 }
 
 int main(void)

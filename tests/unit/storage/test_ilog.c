@@ -792,22 +792,63 @@ static void test_interrupted_compaction_finished(void **state)
 
 /* --- latched errors ------------------------------------------------------------- */
 
+/* A write that finds the disk full fails its appends alone: the segment
+ * is cut back, their seqs given back, and the next append writes (as a
+ * rotation whose next segment cannot be created: the old one stays). */
+static void test_full_disk_not_latched(void **state)
+{
+    fx_t *f = *state;
+    open_log(f);
+    append_n(f, 0, 3);
+    made_t m;
+    make(&m, 3);
+    tn_io_fail_write_after(0, UV_ENOSPC);
+    assert_int_equal(append_recs(f, &m.rec, 1, NULL), UV_ENOSPC);
+    tn_io_fail_write_after(-1, 0);
+    assert_int_equal(tn_ilog_err(f->log), 0);
+    assert_int_equal(tn_ilog_next_seq(f->log), 3);
+    append_n(f, 3, 10);
+    /* A batch that overflows the segment: the rotation's create fails. */
+    made_t big[20];
+    tn_irec_t recs[20];
+    for (int i = 0; i < 20; i++) {
+        make(&big[i], 13 + (uint64_t)i);
+        recs[i] = big[i].rec;
+    }
+    uint64_t bases[8];
+    tn_io_fail_create_after(0, -EDQUOT);
+    int rc = append_recs(f, recs, 20, NULL);
+    tn_io_fail_create_after(-1, 0);
+    assert_int_equal(rc, -EDQUOT);
+    assert_int_equal(tn_ilog_err(f->log), 0);
+    assert_int_equal(tn_ilog_next_seq(f->log), 13);
+    assert_int_equal(list_bases(f, bases, 8), 1);
+    uint64_t first;
+    assert_int_equal(append_recs(f, recs, 20, &first), 0);
+    assert_int_equal(first, 13);
+    assert_int_equal(list_bases(f, bases, 8), 2);
+    expect_all(f, 0, 33, 5);
+    reopen(f);
+    assert_int_equal(tn_ilog_next_seq(f->log), 33);
+    expect_all(f, 0, 33, 5);
+}
+
 static void test_write_error_latched(void **state)
 {
     fx_t *f = *state;
     open_log(f);
     append_n(f, 0, 3);
-    tn_io_fail_write_after(0, UV_ENOSPC);
+    tn_io_fail_write_after(0, UV_EIO);
     made_t m;
     make(&m, 3);
-    assert_int_equal(append_recs(f, &m.rec, 1, NULL), UV_ENOSPC);
+    assert_int_equal(append_recs(f, &m.rec, 1, NULL), UV_EIO);
     tn_io_fail_write_after(-1, 0);
-    assert_int_equal(tn_ilog_err(f->log), UV_ENOSPC);
+    assert_int_equal(tn_ilog_err(f->log), UV_EIO);
     assert_non_null(strstr(tn_ilog_errmsg(f->log), "writing segment"));
-    assert_int_equal(append_recs(f, &m.rec, 1, NULL), UV_ENOSPC);
+    assert_int_equal(append_recs(f, &m.rec, 1, NULL), UV_EIO);
     tn_ilog_stats_t st;
     tn_ilog_stats(f->log, &st);
-    assert_int_equal(st.err, UV_ENOSPC);
+    assert_int_equal(st.err, UV_EIO);
     /* What was durable before still reads. */
     expect_all(f, 0, 3, 10);
     reopen(f);
@@ -1034,6 +1075,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_missing_segment_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_checkpoint_ahead_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_interrupted_compaction_finished, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_disk_not_latched, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_error_latched, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_error_latched, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rotation_sync_error_fails_the_round, setup, teardown),
