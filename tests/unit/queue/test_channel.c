@@ -70,6 +70,16 @@ static bool one_log_failed(void *arg)
     return tn_broker_logs_failed(arg) == 1;
 }
 
+static bool one_log_full(void *arg)
+{
+    return tn_broker_logs_full(arg) == 1;
+}
+
+static bool no_log_full(void *arg)
+{
+    return tn_broker_logs_full(arg) == 0;
+}
+
 static bool topic_pause_idle(void *arg)
 {
     return !((const tn_topic_t *)arg)->pause_writing;
@@ -167,6 +177,69 @@ static void test_fin_done_after_log_sync(void **state)
     qfx_expect_n(q, &s, 1);
     assert_string_equal(s.bodies[0], "after");
     tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+/* A channel log write that finds the disk full: the FIN's wait ends with
+ * the error, and meanwhile settles are refused with it (leases kept) and
+ * nothing is delivered, with the node ready. Once the log can grow (its
+ * check a second later), the channel takes back its durable state: the
+ * message whose FIN failed is delivered again, with no restart. */
+static void test_fin_full_disk(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
+    for (int i = 0; i < 4; i++)
+        publish(q, "t", "m", 0);
+    qfx_expect_n(q, &s, 4);
+    /* A record's write may write zeros ahead first, which a full disk
+     * only costs the speed-up (and which the next write tries again):
+     * the first ack's zeros fail, the second ack's records. */
+    int failed = -1;
+    for (int i = 0; i < 2 && failed < 0; i++) {
+        tn_io_fail_write_after(i, UV_ENOSPC);
+        assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[i].offset, s.d[i].nonce), 0);
+        syncw_t w = {.s.data = &w};
+        tn_channel_sync(ch, 0, &w.s, on_sync);
+        assert_true(qfx_run_until(q, sync_done, &w));
+        tn_io_fail_write_after(-1, 0);
+        if (w.status != 0) {
+            assert_int_equal(w.status, UV_ENOSPC);
+            failed = i;
+        }
+    }
+    assert_true(failed >= 0);
+    assert_true(qfx_run_until(q, one_log_full, q->b));
+    assert_int_equal(tn_broker_logs_failed(q->b), 0);
+    int last = 3;
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[last].offset, s.d[last].nonce), UV_ENOSPC);
+    assert_int_equal(tn_consumer_req(&s.c, 0, s.d[last].offset, true, s.d[last].nonce, 0),
+                     UV_ENOSPC);
+    assert_int_equal(tn_consumer_inflight(&s.c), 3 - failed);
+    syncw_t late = {.s.data = &late};
+    tn_channel_sync(ch, 0, &late.s, on_sync);
+    assert_true(late.done);
+    assert_int_equal(late.status, UV_ENOSPC);
+    /* Space again: the failed FIN's message comes back. */
+    assert_true(qfx_run_until(q, no_log_full, q->b));
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.finish_count, (uint64_t)failed);
+    tn_consumer_detach(&s.c);
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_expect_n(q, &s, (size_t)(4 - failed));
+    assert_int_equal(s.d[0].offset, (uint64_t)failed);
+    for (int i = 0; i < 4 - failed; i++)
+        assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[i].offset, s.d[i].nonce), 0);
+    sync_ch(q, ch, 0, 0);
+    tn_consumer_detach(&s.c);
+    qfx_restart(q);
+    ch = channel(q, "t", "c");
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 0);
     qfx_free(q);
 }
 
@@ -2094,6 +2167,7 @@ int main(void)
         cmocka_unit_test(test_publish_deliver_fin),
         cmocka_unit_test(test_fin_done_after_log_sync),
         cmocka_unit_test(test_fin_failed_write),
+        cmocka_unit_test(test_fin_full_disk),
         cmocka_unit_test(test_credit_limits_inflight),
         cmocka_unit_test(test_req_delay_and_attempts),
         cmocka_unit_test(test_timeout_redelivers_and_touch),
