@@ -130,10 +130,12 @@ int tn_chanlog_err(tn_chanlog_t *cl);
 
 /* Loop thread: how many records were queued, and how many of them have
  * completed (their callback ran: written and synced, or failed, which
- * makes tn_chanlog_err() != 0). Records complete in the order they were
- * queued, so every record queued before a moment is on disk once
- * completed reaches what submitted was then and the log has no error
- * (api/backup.c waits for that before copying a WAL). */
+ * makes tn_chanlog_err() != 0, or for TN_WALOP_SPACE_OK records failed
+ * alone on a full disk, answered as failed to whoever asked for them).
+ * Records complete in the order they were queued, so every record queued
+ * before a moment that did not fail is on disk once completed reaches
+ * what submitted was then and the log has no error (api/backup.c waits
+ * for that before copying a WAL). */
 static inline uint64_t tn_chanlog_submitted(const tn_chanlog_t *cl)
 {
     return cl->submitted;
