@@ -1318,13 +1318,15 @@ static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, boo
     return false;
 }
 
-static bool next_candidate(tn_channel_t *ch, int64_t now_mono, int64_t now_wall, bool capped,
+static bool next_candidate(tn_channel_t *ch, tn_consumer_t *c, int64_t now_mono, int64_t now_wall,
                            cand_t *out)
 {
     uint32_t n = ch->topic->nparts;
     for (uint32_t k = 0; k < n; k++) {
         uint32_t i = (ch->next_part + k) % n;
-        if (chpart_next(ch->parts[i], now_mono, now_wall, capped, out)) {
+        if (c->hold != NULL && c->hold(c, i))
+            continue;
+        if (chpart_next(ch->parts[i], now_mono, now_wall, c->pull, out)) {
             ch->next_part = i + 1;
             return true;
         }
@@ -1365,7 +1367,7 @@ typedef struct {
 
 /* <topic>.<channel>.DLQ; a name too long for that keeps a prefix of the
  * topic and adds a hash of both names, so it stays unique. */
-static void dlq_name(const tn_channel_t *ch, char *out, size_t len)
+void tn_channel_dlq_name(const tn_channel_t *ch, char *out, size_t len)
 {
     int n = snprintf(out, len, "%s.%s.DLQ", ch->topic->name, ch->name);
     if (n > 0 && (size_t)n <= 255)
@@ -1411,41 +1413,44 @@ static void on_dlq_published(tn_pub_t *p, int status)
         tn__channel_free(ch);
 }
 
-/* Publish a copy to the dead-letter topic, then settle the source. The
- * message stays leased to no one meanwhile, so nothing redelivers it; a
- * crash in between delivers it again (and may copy it twice), never loses
- * it. */
-static void dead_letter(const cand_t *k, uint32_t attempts)
+/* Publish a copy of body (and key, when not NULL) to the dead-letter
+ * topic, then settle the source at offset of cp (delivered attempts
+ * times; again is the attempts it goes back with when the move cannot
+ * start). The message stays leased to no one meanwhile, so nothing
+ * redelivers it; a crash in between delivers it again (and may copy it
+ * twice), never loses it. */
+static void dead_letter(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, uint32_t again,
+                        const tn_msg_t *body, const tn_msg_t *key)
 {
-    tn_chpart_t *cp = k->cp;
     tn_channel_t *ch = cp->ch;
     tn_broker_t *b = ch->topic->broker;
     char name[300];
-    dlq_name(ch, name, sizeof(name));
+    tn_channel_dlq_name(ch, name, sizeof(name));
     char why[1024];
     if (b->dlq_refused != NULL &&
         b->dlq_refused(b->dlq_refused_arg, ch->topic->name, name, why, sizeof(why))) {
         TN_LOG_RL(TN_LOG_ERROR, 10000, "dead letters of %s/%s stay on their channel: %s",
                   ch->topic->name, ch->name, why);
-        pend_add(cp, k->offset, k->attempts, tn_now_mono_ms() + DLQ_REFUSED_RETRY_MS);
+        pend_add(cp, offset, again, tn_now_mono_ms() + DLQ_REFUSED_RETRY_MS);
         tn__broker_rewake(cp);
         return;
     }
     dlq_move_t *d = tn_calloc(1, sizeof(*d));
     tn_lease_t *l;
     if (d == NULL || tn_pub_init(&d->pub, 1) != 0 ||
-        tn_pub_set(&d->pub, 0, k->e->body->data, k->e->body->len) != 0 ||
-        tn_leases_add(&cp->leases, k->offset, attempts, 0, NULL, INT64_MAX, &l) != 0) {
+        tn_pub_set(&d->pub, 0, body->data, body->len) != 0 ||
+        (key != NULL && key->len > 0 && tn_pub_set_key(&d->pub, 0, key->data, key->len) != 0) ||
+        tn_leases_add(&cp->leases, offset, attempts, 0, NULL, INT64_MAX, &l) != 0) {
         if (d != NULL)
             tn_pub_fini(&d->pub);
         tn_free(d);
-        pend_add(cp, k->offset, k->attempts, tn_now_mono_ms() + 1000);
+        pend_add(cp, offset, again, tn_now_mono_ms() + 1000);
         tn__broker_rewake(cp);
         return;
     }
     l->data = cp;
     d->cp = cp;
-    d->offset = k->offset;
+    d->offset = offset;
     d->pub.data = d;
     int rc = b->publisher != NULL
                  ? b->publisher(b->publisher_arg, name, strlen(name), &d->pub, 0, on_dlq_published)
@@ -1481,7 +1486,8 @@ static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
     uint32_t max_attempts = t->own_settings ? t->own_max_attempts : b->opts.max_attempts;
     if (max_attempts > 0 && attempts > max_attempts && t->ttl_ms == 0 && !t->is_dlq &&
         !cp->ch->memory) {
-        dead_letter(k, attempts);
+        /* The key stays behind, as nsqd's messages have none. */
+        dead_letter(cp, k->offset, attempts, k->attempts, k->e->body, NULL);
         return;
     }
     if (c->sample_rate > 0) {
@@ -1549,9 +1555,10 @@ void tn__channel_pump(tn_channel_t *ch)
         cand_t k;
         bool got = c->pinned ? c->pin < ch->topic->nparts &&
                                    chpart_next(ch->parts[c->pin], now_mono, now_wall, c->pull, &k)
-                             : next_candidate(ch, now_mono, now_wall, c->pull, &k);
+                             : next_candidate(ch, c, now_mono, now_wall, &k);
         if (!got) {
-            drained[c->pull] = drained[c->pull] || !c->pinned;
+            /* One that holds partitions back found nothing of those alone. */
+            drained[c->pull] = drained[c->pull] || (!c->pinned && c->hold == NULL);
             c = c->next;
             idle++;
             continue;
@@ -2155,6 +2162,24 @@ int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool 
     tn__broker_rewake(cp);
     tn__broker_pump_later(c->ch);
     return cp->broken ? rc : 0;
+}
+
+int tn_consumer_dead_letter(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
+                            uint32_t nonce, const tn_msg_t *body, const tn_msg_t *key)
+{
+    tn_chpart_t *cp;
+    tn_lease_t *l;
+    int rc = find_lease(c, partition, offset, check_nonce, nonce, &cp, &l);
+    if (rc != 0)
+        return rc;
+    rc = log_failed(cp);
+    if (rc != 0)
+        return rc; /* the lease stays as it was */
+    uint32_t attempts = l->attempts;
+    lease_end(cp, l);
+    dead_letter(cp, offset, attempts, attempts, body, key);
+    tn__broker_pump_later(c->ch);
+    return 0;
 }
 
 int tn_consumer_touch(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,

@@ -502,6 +502,12 @@ struct tn_consumer_s {
     /* Optional: append this consumer's /stats client object (JSON) to out;
      * topic ("" for all) is the /stats filter, for its pub_counts. */
     void (*describe)(tn_consumer_t *c, const char *topic, tn_buf_t *out);
+    /* Optional, for a consumer not pinned: true when it takes nothing more
+     * of partition for now (a remote child's cursor holding its share of
+     * that partition: api/rchild.c). Asked at each pick; the consumer's
+     * own settles (fin, req, dead letter) deliver again. NULL: every
+     * partition. */
+    bool (*hold)(tn_consumer_t *c, uint32_t partition);
     void *data;
     tn_consumer_t *prev;
     tn_consumer_t *next;
@@ -907,6 +913,19 @@ static inline uint32_t tn_broker_logs_full(const tn_broker_t *b)
 /* Put it back, deliverable after delay_ms (0: at once). */
 int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
                     uint32_t nonce, int64_t delay_ms);
+/* Move a message this consumer holds to the channel's dead-letter topic
+ * now, whatever the topic's max-attempts (a remote child's message its
+ * remote refuses for good: api/rchild.c): a copy of body, with key (NULL
+ * or empty: none), is published to tn_channel_dlq_name's topic, then the
+ * source is settled, as a dead letter of max-attempts (the same refusal by
+ * tn_broker_t.dlq_refused, the same retries: the message goes back to the
+ * channel, due again later, and is delivered again meanwhile). Returns as
+ * tn_consumer_fin (the lease stays as it was on an error). */
+int tn_consumer_dead_letter(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
+                            uint32_t nonce, const tn_msg_t *body, const tn_msg_t *key);
+/* The dead-letter topic of ch into out (len at least TN_NAME_MAX + 1):
+ * `<topic>.<channel>.DLQ`, or the hashed form (core/name.h). */
+void tn_channel_dlq_name(const tn_channel_t *ch, char *out, size_t len);
 /* Renew its lease for timeout_ms from now. */
 int tn_consumer_touch(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
                       uint32_t nonce, int64_t timeout_ms);

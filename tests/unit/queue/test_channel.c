@@ -9,6 +9,7 @@
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/name.h"
 #include "core/time.h"
 #include "queue/queue.h"
 #include "storage/chanlog.h"
@@ -512,6 +513,85 @@ static void test_dead_letter(void **state)
     assert_int_equal(ch->dlq_count, 1);
     tn_consumer_detach(&s.c);
     tn_consumer_detach(&d.c);
+    qfx_free(q);
+}
+
+static void three_partitions(tn_broker_opts_t *o);
+static void publish_keyed(qfx_t *q, const char *topic, const char *body, const char *key,
+                          uint32_t partition);
+
+/* Holds partition 0 back (test_hold). */
+static bool hold_p0(tn_consumer_t *c, uint32_t partition)
+{
+    (void)c;
+    return partition == 0;
+}
+
+/* A consumer moves a message it holds to the dead-letter topic at once,
+ * whatever max-attempts (0 here), with its key; the source is settled. */
+static void test_dead_letter_now(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    tn_channel_t *ch = channel(q, "t", "fanout.7");
+    char name[TN_NAME_MAX + 1];
+    tn_channel_dlq_name(ch, name, sizeof(name));
+    assert_string_equal(name, "t.fanout.7.DLQ");
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
+    publish_keyed(q, "t", "poison", "k-7", 0);
+    qfx_expect_n(q, &s, 1);
+    tn_msg_t *body = tn_msg_new("poison", 6), *key = tn_msg_new("k-7", 3);
+    assert_int_equal(
+        tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce + 1, body, key),
+        UV_ESRCH); /* another delivery's nonce */
+    assert_int_equal(tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, key),
+                     0);
+    tn_msg_unref(body);
+    tn_msg_unref(key);
+    assert_int_equal(tn_consumer_inflight(&s.c), 0);
+    tn_channel_t *dlq = channel(q, name, "inspect");
+    qfx_sink_t d;
+    qfx_attach(&d, dlq, 10, 60000);
+    qfx_expect_n(q, &d, 1);
+    assert_string_equal(d.bodies[0], "poison");
+    assert_string_equal(d.keys[0], "k-7");
+    qfx_run_for(q, 50);
+    assert_int_equal(s.n, 1); /* not delivered again */
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 0);
+    assert_int_equal(ch->dlq_count, 1);
+    tn_consumer_detach(&s.c);
+    tn_consumer_detach(&d.c);
+    qfx_free(q);
+}
+
+/* A consumer's hold keeps a partition's messages on the channel while the
+ * others are delivered; a settle of its own delivers again once the hold
+ * lifts. */
+static void test_hold(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(three_partitions, NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    qfx_sink_t s;
+    qfx_sink_init(&s, QFX_MAXD, 60000);
+    s.c.hold = hold_p0;
+    tn_consumer_attach(&s.c, ch);
+    tn_consumer_credit(&s.c, 10);
+    for (uint32_t p = 0; p < 3; p++)
+        publish_keyed(q, "t", "m", NULL, p);
+    qfx_expect_n(q, &s, 2);
+    qfx_run_for(q, 50);
+    assert_int_equal(s.n, 2);
+    for (int i = 0; i < 2; i++)
+        assert_int_not_equal(s.d[i].partition, 0);
+    s.c.hold = NULL;
+    assert_int_equal(tn_consumer_fin(&s.c, s.d[0].partition, s.d[0].offset, true, s.d[0].nonce), 0);
+    qfx_expect_n(q, &s, 3);
+    assert_int_equal(s.d[2].partition, 0);
+    tn_consumer_detach(&s.c);
     qfx_free(q);
 }
 
@@ -2165,6 +2245,8 @@ int main(void)
     tn_log_level = TN_LOG_WARN;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_publish_deliver_fin),
+        cmocka_unit_test(test_dead_letter_now),
+        cmocka_unit_test(test_hold),
         cmocka_unit_test(test_fin_done_after_log_sync),
         cmocka_unit_test(test_fin_failed_write),
         cmocka_unit_test(test_fin_full_disk),
