@@ -18,7 +18,7 @@
 #define BATCH_MAX     500
 #define BATCH_BYTES   (4u * 1024 * 1024)
 #define CREDIT        2000
-#define HOLD_BYTES    (16u * 1024 * 1024) /* then no more deliveries until some are sent */
+#define HOLD_BYTES    (16u * 1024 * 1024) /* shared by the partitions led here (on_hold) */
 #define LEASE_MS      300000
 #define BACKOFF_MIN   1000
 #define BACKOFF_MAX   60000
@@ -59,6 +59,8 @@ typedef struct {
     size_t out;          /* the first `out` messages are the batch being sent (0: none) */
     size_t out_bytes;    /* their payloads' bytes */
     size_t max_bytes;    /* a batch's payloads at most (halved by a 413); 0: BATCH_BYTES */
+    size_t max_count;    /* a batch's messages at most (halved by a 400); 0: BATCH_MAX */
+    uint64_t held_bytes; /* of the messages held, payloads and keys */
     int64_t next_try_ms; /* monotonic: not before */
     int64_t backoff_ms;
 } part_t;
@@ -83,9 +85,8 @@ struct runner_s {
     int64_t delay_ms;
     part_t **parts; /* by partition; each its own allocation (requests point at it) */
     uint32_t nparts;
-    uint32_t outs;       /* requests under way */
-    uint64_t held_bytes; /* of the messages held, payloads and keys */
-    bool throttled;      /* held_bytes reached HOLD_BYTES: credit 0 */
+    uint32_t outs;   /* requests under way */
+    uint32_t nlocal; /* parent partitions led here (on_tick): they share the hold */
     bool attached, dead, stale, waiting;
     tn_waiter_t wait;
     /* State shown by GET children. */
@@ -93,6 +94,8 @@ struct runner_s {
     tn_rc_class_t cls;
     int status;
     uint64_t sent;
+    uint64_t dead_letters;
+    char dlq[TN_NAME_MAX + 1]; /* the channel's dead-letter topic ("" before the first attach) */
     runner_t *next;
 };
 
@@ -105,6 +108,7 @@ struct tn_rchild_s {
     int64_t last_sync_ms;
     bool closing;
     uint64_t sent;                     /* messages the remotes accepted, since start */
+    uint64_t dead_letters;             /* messages moved to dead-letter topics, since start */
     uint64_t failures[TN_RC_NCLASSES]; /* failed sends by class */
 };
 
@@ -258,6 +262,75 @@ static void fail_part(part_t *p, tn_rc_class_t cls, int status, const char *why)
               p->backoff_ms);
 }
 
+/* The first n held messages leave p (sent, or dead-lettered); the next
+ * batch goes at once. */
+static void part_shift(part_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        p->held_bytes -= held_size(&p->v[i]);
+        held_drop(&p->v[i]);
+    }
+    memmove(p->v, p->v + n, (p->n - n) * sizeof(*p->v));
+    p->n -= n;
+    p->backoff_ms = 0;
+    p->next_try_ms = 0;
+}
+
+/* Held message h's key for the log: as it is when short printable ASCII,
+ * else its length. */
+static const char *key_text(const held_t *h, char *buf, size_t len)
+{
+    if (h->key == NULL || h->key->len == 0)
+        return "(none)";
+    bool plain = h->key->len <= 128;
+    for (size_t i = 0; plain && i < h->key->len; i++)
+        plain = h->key->data[i] >= 0x20 && h->key->data[i] < 0x7f;
+    if (plain)
+        snprintf(buf, len, "%.*s", (int)h->key->len, h->key->data);
+    else
+        snprintf(buf, len, "(%u bytes, not shown)", (unsigned)h->key->len);
+    return buf;
+}
+
+/* The remote refused p's first message, sent alone, for good (status 400
+ * or 413): it moves to the channel's dead-letter topic and the partition
+ * goes on. A message whose lease is gone (TN_ENOTFOUND, UV_ESRCH: the
+ * channel delivers it again, and that copy takes this way) leaves p; when
+ * the move cannot start otherwise (the runner is detaching, the channel's
+ * log failed), the partition waits as for any failure and sends it again. */
+static void dead_letter_first(part_t *p, const tn_rc_result_t *res)
+{
+    runner_t *r = p->r;
+    const held_t *h = &p->v[0];
+    int rc = r->attached ? tn_consumer_dead_letter(&r->c, p->partition, h->offset, true, h->nonce,
+                                                   h->body, h->key)
+                         : UV_ENOTCONN;
+    if (rc == TN_ENOTFOUND || rc == UV_ESRCH) {
+        part_shift(p, 1);
+        try_send(p);
+        return;
+    }
+    if (rc != 0) {
+        fail_part(p, res->cls, res->status, "refused for good, and no dead-letter move started");
+        return;
+    }
+    char key[160];
+    TN_LOG_RL(TN_LOG_WARN, 10000,
+              "remote child %s -> %s:%s (partition %u): the remote answered %d to the message at "
+              "offset %" PRIu64 " (key %s, %u bytes) sent alone: %s; dead-lettered to %s",
+              r->parent, r->remote, r->child, p->partition, res->status, h->offset,
+              key_text(h, key, sizeof(key)), (unsigned)h->body->len,
+              res->status == 413 ? "over a body limit of the remote's (or of a proxy before it)"
+                                 : "a message the remote refuses (over its max-msg-size, say)",
+              r->dlq);
+    r->f->failures[res->cls]++;
+    r->dead_letters++;
+    r->f->dead_letters++;
+    part_shift(p, 1);
+    p->max_count = 0;
+    try_send(p);
+}
+
 static void on_sent(void *ud, const tn_rc_result_t *res)
 {
     part_t *p = ud;
@@ -289,29 +362,40 @@ static void on_sent(void *ud, const tn_rc_result_t *res)
         try_send(p);
         return;
     }
+    if (res->status == 400 && out > 1) {
+        /* The remote refuses something of the batch for good (a message
+         * over its max-msg-size): batches carry half as many messages until
+         * that one is found alone (dead_letter_first), and this one goes
+         * again at once, split. */
+        r->f->failures[res->cls]++;
+        p->max_count = out / 2;
+        TN_LOG_RL(TN_LOG_WARN, 10000,
+                  "remote child %s -> %s:%s (partition %u): the remote answered 400 to a batch of "
+                  "%zu messages: batches of at most %zu messages until the refused one is found",
+                  r->parent, r->remote, r->child, p->partition, out, p->max_count);
+        try_send(p);
+        return;
+    }
+    if (res->status == 400 || res->status == 413) {
+        dead_letter_first(p, res);
+        return;
+    }
     if (res->cls != TN_RC_OK) {
         /* The detail is the client's own words, never the remote's. */
         fail_part(p, res->cls, res->status, res->detail);
         return;
     }
     for (size_t i = 0; i < out; i++) {
-        if (r->attached)
+        if (r->attached) /* delivers again at the loop's next turn (on_hold) */
             (void)tn_consumer_fin(&r->c, p->partition, p->v[i].offset, true, p->v[i].nonce);
-        r->held_bytes -= held_size(&p->v[i]);
-        held_drop(&p->v[i]);
     }
-    memmove(p->v, p->v + out, (p->n - out) * sizeof(*p->v));
-    p->n -= out;
+    part_shift(p, out);
     r->sent += out;
     r->f->sent += out;
-    p->backoff_ms = 0;
-    p->next_try_ms = 0;
+    if (p->n == 0)
+        p->max_count = 0;
     r->retrying = false;
     r->status = res->status;
-    if (r->throttled && r->held_bytes < HOLD_BYTES && r->attached) {
-        r->throttled = false;
-        tn_consumer_credit(&r->c, CREDIT); /* delivers at the loop's next turn */
-    }
     try_send(p);
 }
 
@@ -375,7 +459,8 @@ static void try_send(part_t *p)
     size_t count = 0, bytes = 0;
     tn_buf_append(&b, "[", 1);
     int64_t wall = tn_now_wall_ms();
-    while (count < p->n && count < BATCH_MAX) {
+    size_t max_count = p->max_count > 0 ? p->max_count : BATCH_MAX;
+    while (count < p->n && count < max_count) {
         const held_t *h = &p->v[count];
         if (count > 0 && bytes + h->body->len > (p->max_bytes > 0 ? p->max_bytes : BATCH_BYTES))
             break;
@@ -440,17 +525,37 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
     h->publish_ns = d->publish_ns;
     h->body = tn_msg_ref(d->body);
     h->key = d->key != NULL ? tn_msg_ref((tn_msg_t *)d->key) : NULL;
-    /* Bounded by bytes too: 2000 large messages would pin gigabytes, and
-     * those far behind a slow remote would outwait their leases (and be
-     * delivered, and sent, again). */
-    r->held_bytes += held_size(h);
-    if (r->held_bytes >= HOLD_BYTES && !r->throttled) {
-        r->throttled = true;
-        tn_consumer_credit(c, 0);
-    }
+    p->held_bytes += held_size(h);
     if (r->delay_ms > 0)
         keep_leased(p, p->n - 1, 0);
     try_send(p);
+}
+
+/* A partition takes no more deliveries once it holds its share of the
+ * partitions led here, in bytes (HOLD_BYTES: 2000 large messages would pin
+ * gigabytes, and those far behind a slow remote would outwait their leases,
+ * and be delivered, and sent, again) and in messages (CREDIT), and always
+ * one when it holds none: so a partition the remote refuses (in back-off)
+ * holds its share alone, and the others keep going. At most HOLD_BYTES
+ * plus one message per partition is held. */
+static bool on_hold(tn_consumer_t *c, uint32_t partition)
+{
+    runner_t *r = c->data;
+    const part_t *p = partition < r->nparts ? r->parts[partition] : NULL;
+    if (p == NULL || p->n == 0)
+        return false;
+    uint32_t k = r->nlocal > 0 ? r->nlocal : 1;
+    return p->held_bytes >= HOLD_BYTES / k || p->n >= CREDIT / k;
+}
+
+/* How many partitions of its parent r's channel are led here (at least 1). */
+static void count_local(runner_t *r)
+{
+    const tn_topic_t *t = r->c.ch->topic;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < t->nparts; i++)
+        n += tn_topic_part_local(t, i);
+    r->nlocal = n > 0 ? n : 1;
 }
 
 static void runner_stop(runner_t *r)
@@ -510,10 +615,13 @@ static void runner_start(runner_t *r)
         return; /* no parent here yet: the next sync tries again */
     r->c.deliver = on_deliver;
     r->c.kick = on_kick;
+    r->c.hold = on_hold;
     r->c.data = r;
     r->c.timeout_ms = lease_ms();
     tn_consumer_attach(&r->c, ch);
-    tn_consumer_credit(&r->c, r->throttled ? 0 : CREDIT);
+    tn_channel_dlq_name(ch, r->dlq, sizeof(r->dlq));
+    count_local(r);
+    tn_consumer_credit(&r->c, CREDIT);
     r->attached = true;
     TN_LOG(TN_LOG_INFO, "remote child %s -> %s:%s running (channel %s, leases of %" PRId64 " ms)",
            r->parent, r->remote, r->child, ch->name, lease_ms());
@@ -610,10 +718,13 @@ static void on_tick(uv_timer_t *h)
     tn_rchild_t *f = h->data;
     if (tn_now_mono_ms() - f->last_sync_ms >= SYNC_EVERY_MS)
         tn_rchild_sync(f);
-    for (runner_t *r = f->runners; r != NULL; r = r->next)
+    for (runner_t *r = f->runners; r != NULL; r = r->next) {
+        if (r->attached)
+            count_local(r); /* leaders change */
         for (uint32_t i = 0; i < r->nparts && !r->dead; i++)
             if (r->parts[i] != NULL)
                 try_send(r->parts[i]);
+    }
 }
 
 void tn_rchild_status(tn_rchild_t *f, const char *parent, const char *remote, const char *child,
@@ -645,6 +756,8 @@ void tn_rchild_status(tn_rchild_t *f, const char *parent, const char *remote, co
         out->cls = r->cls;
         out->status = r->status;
         out->sent = r->sent;
+        out->dead_letters = r->dead_letters;
+        snprintf(out->dlq, sizeof(out->dlq), "%s", r->dlq);
         return;
     }
 }
@@ -663,6 +776,11 @@ int tn_rchild_metrics_write(tn_rchild_t *f, tn_buf_t *b)
         "accepted (this node)\n# TYPE tern_remote_child_sent_total counter\n"
         "tern_remote_child_sent_total %" PRIu64 "\n",
         f->sent);
+    PUT("# HELP tern_remote_child_dead_letters_total messages of remote children their remote "
+        "refused for good, moved to dead-letter topics (this node)\n"
+        "# TYPE tern_remote_child_dead_letters_total counter\n"
+        "tern_remote_child_dead_letters_total %" PRIu64 "\n",
+        f->dead_letters);
     PUT("# HELP tern_remote_child_failures_total remote children's failed sends, by class\n"
         "# TYPE tern_remote_child_failures_total counter\n");
     for (int c = 1; c < TN_RC_NCLASSES; c++)

@@ -20,9 +20,14 @@
  *      leader change before it sends them again); anything else keeps
  *      them leased and in order and sends the same batch again after a
  *      back-off (1 s doubling to 60 s), renewing their leases; a 413 to a
- *      batch of several halves the partition's batch bytes and sends it
- *      again at once. A runner
- *      holds at most 2000 messages and 16 MiB (its credit drops to 0).
+ *      batch of several halves the partition's batch bytes, a 400 its
+ *      batch's message count, and sends it again at once. A message sent
+ *      alone and answered 400 or 413 is refused for good: it moves to the
+ *      channel's dead-letter topic (tn_consumer_dead_letter, with its key)
+ *      and the partition goes on. A runner holds at most 2000 messages and
+ *      16 MiB, shared by the parent partitions led here: each takes no more
+ *      deliveries once it holds its share (the consumer's hold), so one in
+ *      back-off does not stop the others.
  *   4. A delayed child's message is sent once its publish time plus the
  *      delay has passed; a batch ends at the first message not due,
  *      and one not due keeps its lease until a lease past its due time.
@@ -39,6 +44,7 @@
 #include "core/platform.h"
 
 #include "core/buf.h"
+#include "core/name.h"
 #include "proto/http/rclient.h"
 
 struct tn_v1_s;
@@ -52,13 +58,15 @@ void tn_rchild_sync(tn_rchild_t *f);
 void tn_rchild_close(tn_rchild_t *f);
 
 typedef struct {
-    bool running;      /* a runner consumes its channel here */
-    uint64_t lag;      /* parent messages not sent yet (of partitions served here) */
-    int64_t lag_ms;    /* age of the oldest of them held here; 0 when none */
-    bool retrying;     /* the last send failed: waiting to send again */
-    tn_rc_class_t cls; /* of the last failure (retrying) */
-    int status;        /* its HTTP status (0: none came) */
-    uint64_t sent;     /* messages the remote accepted, since this node started it */
+    bool running;              /* a runner consumes its channel here */
+    uint64_t lag;              /* parent messages not sent yet (of partitions served here) */
+    int64_t lag_ms;            /* age of the oldest of them held here; 0 when none */
+    bool retrying;             /* the last send failed: waiting to send again */
+    tn_rc_class_t cls;         /* of the last failure (retrying) */
+    int status;                /* its HTTP status (0: none came) */
+    uint64_t sent;             /* messages the remote accepted, since this node started it */
+    uint64_t dead_letters;     /* messages the remote refused for good, moved to dlq (same) */
+    char dlq[TN_NAME_MAX + 1]; /* the dead-letter topic; "" before the runner first attached */
 } tn_rchild_status_t;
 
 /* Append its series to b (Prometheus text; classes only, never anything a

@@ -573,6 +573,14 @@ class FakeRemote:
         self.status = 202
         self.answer_delay = 0.0  # seconds each answer waits
         self.max_body = None  # a longer body is answered 413, as a proxy's limit
+        # A batch holding a payload that starts with one of these is
+        # answered poison_status (a 400 naming that message, as tern's
+        # over --max-msg-size); one holding a stall one 503 (the remote's
+        # state: never dead-lettered).
+        self.poison = set()
+        self.poison_status = 400
+        self.stall = set()
+        self.refused = collections.Counter()  # answers other than 202, by status
         self.location = ""
         self.payloads = []
         self.arrived = {}  # payload: time.monotonic() of its first arrival
@@ -595,6 +603,14 @@ class FakeRemote:
                 st = outer.status
                 if outer.max_body is not None and n > outer.max_body:
                     st = 413
+                elif st == 202 and (outer.poison or outer.stall):
+                    heads = {base64.b64decode(m["payload"])[:8].decode() for m in json.loads(body)}
+                    if heads & outer.poison:
+                        st = outer.poison_status
+                    elif heads & outer.stall:
+                        st = 503
+                if st != 202:
+                    outer.refused[st] += 1
                 if st == 202:
                     for m in json.loads(body):
                         payload = base64.b64decode(m["payload"]).decode()
@@ -860,6 +876,106 @@ class Blind(harness.ClusterTest):
                    lambda: {p[:8] for p in self.fake.payloads} >= set(want), 30)
         self.assertEqual([p[:8] for p in self.fake.payloads], want)
         wait_until("ok", lambda: (self.child_state(s) or {}).get("state") == "ok", 30)
+        codes = c.stop()
+        self.assertEqual(set(codes.values()), {0}, codes)
+
+    def dead_letters(self, s):
+        """(the DLQ topic's name, [(key, payload)] it holds) for the remote
+        child of orders on s, read through a channel of the test."""
+        ch = self.child_state(s) or {}
+        name = ch.get("dead_letter_topic")
+        self.assertTrue(name and name.startswith("orders.fanout.") and name.endswith(".DLQ"), ch)
+        got = []
+        while True:
+            st, body = s.request("GET", f"/v1/topics/{name}/consume?channel=check&max=100"
+                                 "&wait=500ms", headers=HDR)
+            if st == 204:
+                return name, got
+            self.assertEqual(st, 200, body)
+            got += [(m.get("key"), m["payload"]) for m in body["messages"]]
+
+    def poison_ledger(self, s, payloads, bad):
+        """Every payload of the list but bad reaches the fake, in order and
+        once; bad lands once in the child's dead-letter topic, with its key
+        k-<its first 8 characters>; GET children counts it."""
+        want = [p[:8] for p in payloads if p[:8] != bad]
+        wait_until("every other message at the fake",
+                   lambda: {p[:8] for p in self.fake.payloads} >= set(want), 60)
+        self.assertEqual([p[:8] for p in self.fake.payloads], want)
+        ch = wait_until("the dead letter counted", lambda: (lambda x: x if x and
+                                                            x.get("dead_letters") == 1 else None)(
+            self.child_state(s)), 30)
+        self.assertEqual(ch["state"], "ok", ch)
+        name, got = self.dead_letters(s)
+        self.assertEqual([(k, p[:8]) for k, p in got], [(f"k-{bad}", bad)], name)
+        self.assertIn(f"dead-lettered to {name}", s.log())
+        self.assertIn(f"key k-{bad}", s.log())
+        self.assertEqual(s.metric("tern_remote_child_dead_letters_total"), 1)
+
+    def test_message_refused_400_goes_to_dead_letters(self):
+        """The remote refuses one message of 20 for good (a 400 to any batch
+        holding it, as tern's over --max-msg-size): the batch is split until
+        that message is alone, which then moves to the parent's dead-letter
+        topic orders.fanout.<epoch>.DLQ; the 19 others arrive in order."""
+        c, s = self.attached_source()
+        self.fake.poison = {"00000007"}
+        payloads = [f"{i:08d}-payload" for i in range(20)]
+        batch = [{"payload": p, "key": f"k-{p[:8]}", "partition": 0} for p in payloads]
+        st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR)
+        self.assertEqual(st, 202, body)
+        self.poison_ledger(s, payloads, "00000007")
+        self.assertGreater(self.fake.refused[400], 1)  # split: more than one 400
+        codes = c.stop()
+        self.assertEqual(set(codes.values()), {0}, codes)
+
+    def test_lone_message_over_the_body_limit_goes_to_dead_letters(self):
+        """A proxy before the remote answers 413 to a body over 64 KiB: a
+        message of 100 KiB among small ones cannot go even alone, so it
+        moves to the dead-letter topic; the small ones all arrive."""
+        c, s = self.attached_source()
+        self.fake.max_body = 64 * 1024
+        payloads = [f"{i:08d}-small" for i in range(10)]
+        payloads.insert(5, "BIGGER00" + "z" * (100 * 1024))
+        batch = [{"payload": p, "key": f"k-{p[:8]}", "partition": 0} for p in payloads]
+        st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR)
+        self.assertEqual(st, 202, body)
+        self.poison_ledger(s, payloads, "BIGGER00")
+        codes = c.stop()
+        self.assertEqual(set(codes.values()), {0}, codes)
+
+    def test_partition_in_backoff_does_not_stop_the_others(self):
+        """Partition 0 of a parent of two holds 40 messages of 512 KiB (20
+        MiB, over the cursor's 16 MiB) that the remote answers 503 (its
+        state: retried, never dead-lettered); partition 1's messages still
+        arrive meanwhile, and partition 0's all do once the remote takes
+        them."""
+        c = self.source(True)
+        s = c.nodes[0]
+        self.add_remote(s, "fake", "127.0.0.1")
+        self.topic_with_child(s, 2, "fake")
+        self.fake.stall = {f"S{i:07d}" for i in range(40)}
+        filler = "s" * (512 * 1024 - 8)
+        for first in range(0, 40, 8):
+            batch = [{"payload": f"S{i:07d}{filler}", "partition": 0}
+                     for i in range(first, first + 8)]
+            st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR,
+                                 timeout=30)
+            self.assertEqual(st, 202, body)
+        wait_until("partition 0 retrying on the 503", lambda: self.fake.refused[503] >= 2, 30)
+        time.sleep(2)  # the cursor takes what it may of partition 0
+        batch = [{"payload": f"F{i:07d}", "partition": 1} for i in range(50)]
+        st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR)
+        self.assertEqual(st, 202, body)
+        wait_until("partition 1's messages at the fake while partition 0 is refused",
+                   lambda: {p[:8] for p in self.fake.payloads} >= {f"F{i:07d}" for i in range(50)},
+                   20)
+        self.assertEqual([p[:8] for p in self.fake.payloads], [f"F{i:07d}" for i in range(50)])
+        self.fake.stall = set()
+        want = [f"S{i:07d}" for i in range(40)]
+        wait_until("partition 0's messages once the remote takes them",
+                   lambda: {p[:8] for p in self.fake.payloads} >= set(want), 120)
+        self.assertEqual([p[:8] for p in self.fake.payloads if p[0] == "S"], want)
+        self.assertEqual((self.child_state(s) or {}).get("dead_letters"), 0)
         codes = c.stop()
         self.assertEqual(set(codes.values()), {0}, codes)
 

@@ -70,6 +70,11 @@ static void child_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_rchild_t *ch)
                    ",\"delay_ms\":%" PRId64 ",\"lag_messages\":%" PRIu64 ",\"lag_seconds\":%" PRId64
                    ",\"lag_complete\":%s,\"sent\":%" PRIu64,
                    ch->delay_ms, st.lag, st.lag_ms / 1000, st.running ? "true" : "false", st.sent);
+    tn__v1_appendf(b, ",\"dead_letters\":%" PRIu64, st.dead_letters);
+    if (st.dlq[0] != '\0') {
+        tn_buf_append(b, ",\"dead_letter_topic\":", 21);
+        tn__v1_json_str(b, st.dlq);
+    }
     if (st.retrying)
         tn__v1_appendf(b, ",\"state\":\"retrying\",\"class\":\"%s\",\"status\":%d",
                        tn_rc_class_name(st.cls), st.status);
