@@ -349,30 +349,25 @@ static void on_sent(void *ud, const tn_rc_result_t *res)
         p->next_try_ms = 0;
         return;
     }
-    if (res->status == 413 && out > 1) {
-        /* The body is over a limit of the remote's (or of a proxy before
-         * it): batches of this partition carry half as many bytes from now
-         * on, and this one goes again at once, split. */
+    if ((res->status == 413 || res->status == 400) && out > 1) {
+        /* 413: the body is over a limit of the remote's (or of a proxy
+         * before it): batches of this partition carry half as many bytes
+         * from now on. 400: the remote refuses a message of the batch for
+         * good (over its max-msg-size, say): they carry half as many
+         * messages until that one is found alone (dead_letter_first). This
+         * one goes again at once, split. */
+        bool bytes = res->status == 413;
         r->f->failures[res->cls]++;
-        p->max_bytes = p->out_bytes / 2 > 0 ? p->out_bytes / 2 : 1;
+        if (bytes)
+            p->max_bytes = p->out_bytes / 2 > 0 ? p->out_bytes / 2 : 1;
+        else
+            p->max_count = out / 2;
         TN_LOG_RL(TN_LOG_WARN, 10000,
-                  "remote child %s -> %s:%s (partition %u): the remote answered 413 to a batch of "
-                  "%zu messages: batches of at most %zu bytes from now on",
-                  r->parent, r->remote, r->child, p->partition, out, p->max_bytes);
-        try_send(p);
-        return;
-    }
-    if (res->status == 400 && out > 1) {
-        /* The remote refuses something of the batch for good (a message
-         * over its max-msg-size): batches carry half as many messages until
-         * that one is found alone (dead_letter_first), and this one goes
-         * again at once, split. */
-        r->f->failures[res->cls]++;
-        p->max_count = out / 2;
-        TN_LOG_RL(TN_LOG_WARN, 10000,
-                  "remote child %s -> %s:%s (partition %u): the remote answered 400 to a batch of "
-                  "%zu messages: batches of at most %zu messages until the refused one is found",
-                  r->parent, r->remote, r->child, p->partition, out, p->max_count);
+                  "remote child %s -> %s:%s (partition %u): the remote answered %d to a batch of "
+                  "%zu messages: batches of at most %zu %s",
+                  r->parent, r->remote, r->child, p->partition, res->status, out,
+                  bytes ? p->max_bytes : p->max_count,
+                  bytes ? "bytes from now on" : "messages until the refused one is found alone");
         try_send(p);
         return;
     }

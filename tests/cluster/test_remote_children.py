@@ -44,7 +44,14 @@ message waiting longer than its cursor's lease (ternd-test's
 TERN_TEST_RCHILD_LEASE_MS) keeps its lease and is sent once, not once
 per lease; large messages behind a slow remote (16 MiB held at most)
 are each sent once; a batch a proxy answers 413 is split until it
-fits. Names resolving to refused addresses: the source
+fits. Refused for good: a message the remote answers 400 in any batch
+(split until it is alone) and one over a proxy's body limit alone (413)
+land, with their keys, in the parent's dead-letter topic
+orders.fanout.<epoch>.DLQ, counted and logged, every other message
+arriving in order; a partition whose batches the remote answers 503
+holds its share of the cursor's 16 MiB, not all of it, so the other
+partition's messages arrive meanwhile (and its own once the remote takes
+them, none dead-lettered). Names resolving to refused addresses: the source
 runs in a mount namespace of its own with a hosts file of this test
 bind-mounted over /etc/hosts there (`unshare --mount`; the machine's file
 is untouched); a name only that file knows, resolving to an allowed

@@ -490,6 +490,26 @@ static void one_attempt(tn_broker_opts_t *o)
     o->max_attempts = 1;
 }
 
+/* s (attached to ch) got one message, "poison", which is now alone in
+ * topic dlq with key ("" for none), and ch is empty; s is detached. */
+static void assert_dead_lettered(qfx_t *q, qfx_sink_t *s, tn_channel_t *ch, const char *dlq,
+                                 const char *key)
+{
+    qfx_run_for(q, 50);
+    assert_int_equal(s->n, 1); /* not delivered again */
+    qfx_sink_t d;
+    qfx_attach(&d, channel(q, dlq, "inspect"), 10, 60000);
+    qfx_expect_n(q, &d, 1);
+    assert_string_equal(d.bodies[0], "poison");
+    assert_string_equal(d.keys[0], key);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 0);
+    assert_int_equal(ch->dlq_count, 1);
+    tn_consumer_detach(&s->c);
+    tn_consumer_detach(&d.c);
+}
+
 static void test_dead_letter(void **state)
 {
     (void)state;
@@ -500,19 +520,7 @@ static void test_dead_letter(void **state)
     publish(q, "t", "poison", 0);
     qfx_expect_n(q, &s, 1);
     tn_consumer_req(&s.c, 0, s.d[0].offset, false, 0, 0);
-    qfx_run_for(q, 50);
-    assert_int_equal(s.n, 1);
-    tn_channel_t *dlq = channel(q, "t.c.DLQ", "inspect");
-    qfx_sink_t d;
-    qfx_attach(&d, dlq, 10, 60000);
-    qfx_expect_n(q, &d, 1);
-    assert_string_equal(d.bodies[0], "poison");
-    tn_channel_stats_t st;
-    tn_channel_stats(ch, &st);
-    assert_int_equal(st.depth, 0);
-    assert_int_equal(ch->dlq_count, 1);
-    tn_consumer_detach(&s.c);
-    tn_consumer_detach(&d.c);
+    assert_dead_lettered(q, &s, ch, "t.c.DLQ", "");
     qfx_free(q);
 }
 
@@ -550,20 +558,7 @@ static void test_dead_letter_now(void **state)
     tn_msg_unref(body);
     tn_msg_unref(key);
     assert_int_equal(tn_consumer_inflight(&s.c), 0);
-    tn_channel_t *dlq = channel(q, name, "inspect");
-    qfx_sink_t d;
-    qfx_attach(&d, dlq, 10, 60000);
-    qfx_expect_n(q, &d, 1);
-    assert_string_equal(d.bodies[0], "poison");
-    assert_string_equal(d.keys[0], "k-7");
-    qfx_run_for(q, 50);
-    assert_int_equal(s.n, 1); /* not delivered again */
-    tn_channel_stats_t st;
-    tn_channel_stats(ch, &st);
-    assert_int_equal(st.depth, 0);
-    assert_int_equal(ch->dlq_count, 1);
-    tn_consumer_detach(&s.c);
-    tn_consumer_detach(&d.c);
+    assert_dead_lettered(q, &s, ch, name, "k-7");
     qfx_free(q);
 }
 
