@@ -638,12 +638,14 @@ static const char *take_authz(session_t *s, tn_auth_result_t result, tn_authz_t 
     return NULL;
 }
 
-/* Grants expire (the auth server's ttl; 60 s for tern's users): a feed
- * sends no frame on expired grants. The secret is checked again, and the
- * held frame goes when the answer still permits the topic; a secret
- * refused or no longer permitting it (a user deleted, a grant revoked),
- * or an auth server that does not answer, ends the feed with the same
- * error as at the handshake. */
+/* Grants expire (the auth server's ttl; 60 s for tern's users, whose
+ * grants also go stale as soon as a user or topic changes:
+ * auth/nsqauth.h tn_authz_current): a feed sends no frame on grants no
+ * longer current. The secret is checked again, and the held frame goes
+ * when the answer still permits the topic; a secret refused or no longer
+ * permitting it (a user deleted, a grant revoked), or an auth server
+ * that does not answer, ends the feed with the same error as at the
+ * handshake. */
 static void on_recheck(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *authz)
 {
     session_t *s = req->data;
@@ -660,7 +662,7 @@ static void on_recheck(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *
 /* Whether s may be sent its topic's messages now. Without AUTH: while
  * the topic has no owner (one given an owner since the handshake ends
  * the feed, as the handshake would refuse it). With AUTH: while its
- * grants are current; when they expired, a check of its secret starts
+ * grants are current; once not, a check of its secret starts
  * (on_recheck, maybe before this returns). */
 static bool auth_current(session_t *s)
 {
@@ -683,7 +685,8 @@ static bool auth_current(session_t *s)
     }
     /* The loop's clock, as the NSQ door's needs_recheck: no clock read a
      * frame. */
-    if (s->authz == NULL || s->secret == NULL || s->authz->expires_ms > (int64_t)uv_now(ws->loop))
+    if (s->authz == NULL || s->secret == NULL ||
+        tn_authz_current(s->authz, (int64_t)uv_now(ws->loop)))
         return true;
     if (s->authing)
         return false;

@@ -48,7 +48,23 @@ struct tn_authz_s {
     int64_t expires_ms; /* monotonic */
     tn_authz_rule_t *rules;
     uint32_t nrules;
+    /* Grants read from a state that says when it changed (a local
+     * checker's: the metastore's access generation, meta.h
+     * tn_meta_access_gen): gen_src is that counter (borrowed; it outlives
+     * every authz holding it) and gen its value when they were read; they
+     * are stale once it moved. NULL for an auth server's, which hold for
+     * their ttl as nsqd's do. */
+    const uint64_t *gen_src;
+    uint64_t gen;
 };
+
+/* Whether a's grants still hold at now_ms (monotonic): not expired, and
+ * (for a local checker's) the state they were read from unchanged. A
+ * comparison or two, for a check before every delivery. */
+static inline bool tn_authz_current(const tn_authz_t *a, int64_t now_ms)
+{
+    return a->expires_ms > now_ms && (a->gen_src == NULL || *a->gen_src == a->gen);
+}
 
 void tn_authz_ref(tn_authz_t *a);
 void tn_authz_unref(tn_authz_t *a);

@@ -314,6 +314,78 @@ class UsersServeAuth(Base):
         self.assertEqual(data, f"E_BAD_CHANNEL SUB channel name {link} belongs to the link of a "
                                "child topic".encode())
 
+    def revocable_consumer(self, grants=None, owner=False):
+        """A fresh user, a topic admin made (holding one message, or the
+        user's when owner), and that user's subscription to it holding
+        the message in flight: (user, topic, connection)."""
+        user, t = fresh("carol"), self.owned_topic()
+        st, _, body = self.request("POST", "/v1/users", json.dumps(
+            {"username": user, "password": "carol-pw",
+             "grants": grants if grants is not None else
+             [{"action": "consume", "patterns": [t]}]}).encode(), dict(ADMIN, **JSON))
+        self.assertEqual(st, 201, body)
+        if owner:
+            st, _, body = self.request("PATCH", f"/v1/topics/{t}",
+                                       json.dumps({"owner": user}).encode(), dict(ADMIN, **JSON))
+            self.assertEqual(st, 200, body)
+        c = self.conn(feature_negotiation=True)
+        c.cmd("AUTH", f"{user}:carol-pw".encode())
+        self.assertEqual(c.read_frame()[0], FRAME_RESPONSE)
+        self.assertEqual(c.sub(t, "ch"), (FRAME_RESPONSE, b"OK"))
+        c.rdy(10)
+        self.assertEqual(c.read_message().body, b'{"n":1}')  # left in flight
+        return user, t, c
+
+    def ended_before_its_next_message(self, t, c, code="E_UNAUTHORIZED"):
+        """After an access change: t's next message does not reach c, which
+        ends with code well inside the grants' 60 s, and both messages
+        are the channel's again."""
+        start = time.monotonic()
+        self.assertEqual(self.request("POST", f"/pub?topic={t}", b"after", ADMIN)[0], 200)
+        c.sock.settimeout(10)
+        kind, data = c.read_frame()
+        self.refused((kind, data), code)
+        self.assertLess(time.monotonic() - start, 10)
+        self.assertTrue(c.expect_closed())
+        got = []
+        for _ in range(2):
+            st, _, body = self.request("GET", f"/v1/topics/{t}/consume?channel=ch&wait=5s",
+                                       headers=ADMIN)
+            self.assertEqual(st, 200, body)
+            got.append(body)
+        self.assertEqual(len(got), 2, got)
+        return data
+
+    def test_a_revoked_grant_ends_the_subscription_at_once(self):
+        # A grant change reaches an open subscription before its next
+        # message, not when its 60 s grants expire.
+        user, t, c = self.revocable_consumer()
+        st, _, body = self.request("PUT", f"/v1/users/{user}/grants", json.dumps(
+            {"grants": [{"action": "consume", "patterns": ["other*"]}]}).encode(), dict(ADMIN, **JSON))
+        self.assertEqual(st, 200, body)
+        data = self.ended_before_its_next_message(t, c)
+        self.assertIn(b"no longer permit it", data)
+
+    def test_a_deleted_user_ends_the_subscription_at_once(self):
+        user, t, c = self.revocable_consumer()
+        st, _, body = self.request("DELETE", f"/v1/users/{user}", headers=ADMIN)
+        self.assertIn(st, (200, 204), body)
+        self.ended_before_its_next_message(t, c, "E_AUTH_FAILED")
+
+    def test_a_topic_given_another_owner_ends_the_old_owners_subscription(self):
+        user, t, c = self.revocable_consumer(grants=[], owner=True)
+        st, _, body = self.request("PATCH", f"/v1/topics/{t}", b'{"owner":"admin"}',
+                                   dict(ADMIN, **JSON))
+        self.assertEqual(st, 200, body)
+        self.ended_before_its_next_message(t, c)
+
+    def test_an_unrelated_change_keeps_the_subscription(self):
+        # Another topic made rechecks the grants, which still permit it.
+        user, t, c = self.revocable_consumer()
+        self.owned_topic()
+        self.assertEqual(self.request("POST", f"/pub?topic={t}", b"still", ADMIN)[0], 200)
+        self.assertEqual(c.read_message().body, b"still")
+
     def test_config_changes_take_an_admin(self):
         # nsqd's PUT /config/:opt changes the node for every topic: an
         # admin's, as a topic's management is its owner's or an admin's.
@@ -326,6 +398,34 @@ class UsersServeAuth(Base):
                          200)
         # Reading stays open, as /info does.
         self.assertEqual(self.request("GET", "/config/log_level")[0], 200)
+
+
+class UsersServeTheFeed(Base):
+    ARGS = ("--nsq-auth-users", "--websocket-enabled")
+
+    def test_a_revoked_grant_ends_the_feed_at_once(self):
+        # A grant change reaches an open feed before its next message.
+        t = self.owned_topic({"delivery_mode": "ttl_discard", "ttl_ms": 60000})
+        user = fresh("dave")
+        st, _, body = self.request("POST", "/v1/users", json.dumps(
+            {"username": user, "password": "dave-pw",
+             "grants": [{"action": "consume", "patterns": [t]}]}).encode(), dict(ADMIN, **JSON))
+        self.assertEqual(st, 201, body)
+        w = WS(self.http, f"/v1/ws/topics/{t}",
+               headers={"Authorization": f"Bearer {user}:dave-pw"})
+        self.assertEqual(w.recv_json()["type"], "ready")
+        self.assertEqual(self.request("POST", f"/pub?topic={t}", b"granted", ADMIN)[0], 200)
+        self.assertEqual(w.recv_message().body, b"granted")
+        st, _, body = self.request("PUT", f"/v1/users/{user}/grants", json.dumps(
+            {"grants": [{"action": "consume", "patterns": ["other*"]}]}).encode(), dict(ADMIN, **JSON))
+        self.assertEqual(st, 200, body)
+        start = time.monotonic()
+        self.assertEqual(self.request("POST", f"/pub?topic={t}", b"revoked", ADMIN)[0], 200)
+        w.sock.settimeout(10)
+        _, status = w.expect_error("E_UNAUTHORIZED")
+        self.assertEqual(status, 1008)
+        self.assertLess(time.monotonic() - start, 10)
+        w.wait_closed()
 
 
 class DeadLetterOwners(Base):

@@ -786,7 +786,7 @@ class Auth(Base):
         kind, data = c.read_frame()
         self.assertEqual(kind, FRAME_ERROR, data)
         self.assertEqual(data, b'E_UNAUTHORIZED AUTH failed for SUB on "%s" "ch": the grants, '
-                               b'checked again once they expired, no longer permit it'
+                               b'checked again once they expired or changed, no longer permit it'
                          % t.encode())
         self.assertTrue(c.expect_closed())
         d, _ = self.authed("all")

@@ -851,7 +851,11 @@ static void on_user_password(tn_http_request_t *r, void *arg)
 
 /* --- NSQ AUTH by tern users --------------------------------------------------- */
 
-#define NSQ_AUTH_TTL_MS 60000 /* grant changes reach NSQ connections within a minute */
+/* The grants also go stale as soon as the metastore's access generation
+ * moves (a user or topic command: a grant, a user, an owner changed), so
+ * a change reaches open connections before their next message; the ttl
+ * stays as a backstop. */
+#define NSQ_AUTH_TTL_MS 60000
 
 typedef struct {
     tn_authn_req_t areq;
@@ -915,6 +919,10 @@ static void on_nsq_checked(tn_authn_req_t *areq, tn_authn_result_t result)
     }
     tn_authz_t *authz = tn_authz_from_grants(u->name, g, n, NSQ_AUTH_TTL_MS);
     tn_free(g);
+    if (authz != NULL) {
+        authz->gen_src = tn_meta_access_gen(meta);
+        authz->gen = *authz->gen_src;
+    }
     tn_nsqauth_answer(req, authz != NULL ? TN_AUTH_OK : TN_AUTH_UNAVAILABLE, authz);
 }
 

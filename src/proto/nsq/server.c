@@ -994,7 +994,8 @@ static bool sub_protected(conn_t *c)
 }
 
 /* Whether c's subscription must be checked before its next message: its
- * grants expired, or (without AUTH) its topic is protected now. The open
+ * grants expired or (tern's users) the metastore's access changed since
+ * they were read, or (without AUTH) its topic is protected now. The open
  * topic's answer holds while protected_gen does: per delivery that is a
  * comparison, where asking the metastore was ~140 instructions. Expiry
  * is judged on the loop's clock (uv_now, the same monotonic base, at
@@ -1003,7 +1004,7 @@ static bool sub_protected(conn_t *c)
 static bool needs_recheck(conn_t *c)
 {
     if (c->srv->auth != NULL)
-        return c->authz->expires_ms <= (int64_t)uv_now(c->srv->loop);
+        return !tn_authz_current(c->authz, (int64_t)uv_now(c->srv->loop));
     const uint64_t *gen = c->srv->opts.protected_gen;
     if (gen != NULL && c->open_gen == *gen)
         return false;
@@ -1030,7 +1031,7 @@ static void sub_refused_text(const conn_t *c, char *text, size_t len)
 {
     snprintf(text, len,
              "AUTH failed for SUB on \"%s\" \"%s\": the grants, checked again once they "
-             "expired, no longer permit it",
+             "expired or changed, no longer permit it",
              c->sub_topic, c->sub_channel);
 }
 
@@ -1105,7 +1106,7 @@ static int auth_gate(conn_t *c, const tn_nsq_cmd_t *cmd)
         send_error(c, TN_NSQ_E_AUTH_FIRST, text);
         return 0;
     }
-    if (c->authz->expires_ms <= tn_now_mono_ms()) {
+    if (!tn_authz_current(c->authz, tn_now_mono_ms())) {
         start_auth(c);
         return -1;
     }
