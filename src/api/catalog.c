@@ -55,6 +55,8 @@ struct tn_catalog_s {
     uv_timer_t *timer;  /* the claims' deadlines (made with the first claim) */
     purge_t *purges;    /* confirmed deletions under way (tn_catalog_purge) */
     uv_timer_t *ptimer; /* their deadlines and busy topics (made with the first purge) */
+    uv_timer_t *retry;  /* the records made again after a refusal for descriptors
+                           (make_refused; made with the first) */
 #ifdef TN_TEST
     uv_timer_t *lag; /* TERN_TEST_CATALOG_LAG_MS: following the replica late */
     /* TERN_TEST_DELETIONS_AFTER_MS: how long deletions are held from the
@@ -508,6 +510,7 @@ static bool place(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *owner)
 }
 
 static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following);
+static void make_refused(tn_catalog_t *c, const char *topic, const char *channel, int rc);
 
 /* --- NSQ topics grow where they are published ----------------------------------- */
 
@@ -1344,7 +1347,9 @@ static void pending_end(pending_t *p, int status)
             pp = &(*pp)->next;
         *pp = p->next;
     }
-    if (status != 0 && status != TN_ECLOSED)
+    if (c != NULL && status == UV_EMFILE)
+        make_refused(c, p->topic, NULL, status);
+    else if (status != 0 && status != TN_ECLOSED)
         TN_LOG(TN_LOG_WARN, "metastore: making recorded topic %s in the queue engine failed: %s",
                p->topic, tn_strerror(status));
     if (c != NULL && status == 0) {
@@ -1404,6 +1409,52 @@ static bool made(tn_catalog_t *c, const tn_meta_topic_entry_t *e)
     return true;
 }
 
+/* How long after the engine refused to make part of a record for want of
+ * descriptors (UV_EMFILE: creations stop short of the limit,
+ * core/fdroom.h) the records are made again. Without it the next change
+ * of the metastore (in a cluster) or the next start did, and a quiet
+ * metastore left another node's new topic without its partition here,
+ * its produces waiting for good, after the descriptors were free. */
+#define FD_RETRY_MS 1000
+
+static void on_retry_timer(uv_timer_t *h)
+{
+    tn_catalog_t *c = h->data;
+    const tn_meta_state_t *s = tn_meta_state(c->meta);
+    if (c->o.cluster || s->nmembers > 1) {
+        on_meta_change(c); /* as a change would: make follows every record */
+        return;
+    }
+    for (size_t i = 0; i < s->ntopics; i++)
+        make(c, s->topics[i], false); /* a lone node's start-up check, again */
+}
+
+/* The engine refused to make topic (channel NULL) or its channel of the
+ * records with rc: near the descriptor limit, said and tried again in
+ * FD_RETRY_MS; other refusals are said where they are seen. */
+static void make_refused(tn_catalog_t *c, const char *topic, const char *channel, int rc)
+{
+    if (rc != UV_EMFILE)
+        return;
+    TN_LOG_RL(TN_LOG_WARN, 10000,
+              "metastore: %s%s%s%s is recorded but cannot be made here now: too many open files "
+              "(this node keeps its last descriptors for the partitions it has); tried again "
+              "every second until descriptors free up (or raise the descriptor limit)",
+              channel != NULL ? "channel " : "topic ", channel != NULL ? channel : topic,
+              channel != NULL ? " of " : "", channel != NULL ? topic : "");
+    if (c->retry == NULL) {
+        uv_timer_t *h = tn_calloc(1, sizeof(*h));
+        if (h == NULL || uv_timer_init(c->broker->loop, h) != 0) {
+            tn_free(h);
+            return; /* the next change of the metastore tries again */
+        }
+        h->data = c;
+        c->retry = h;
+    }
+    if (!uv_is_active((uv_handle_t *)c->retry))
+        uv_timer_start(c->retry, on_retry_timer, FD_RETRY_MS, 0);
+}
+
 /* Ask the engine for what a record names: the topic with its recorded
  * partitions, then its recorded channels but the fan-out links' (fanout.c
  * makes those; after the topic is made or grown, when that must wait). following: a change of the
@@ -1445,8 +1496,10 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following
                following ? "the next change of the metastore tries again" : "its next start will");
     }
     pending_end(p, TN_ECLOSED); /* only unlinks and frees: nothing pending */
-    if (rc != 0)
+    if (rc != 0) {
+        make_refused(c, name, NULL, rc);
         return;
+    }
     for (uint32_t i = 0; i < e->nchannels; i++) {
         const char *ch = e->channels[i];
         tn_channel_t *out = NULL;
@@ -1466,8 +1519,10 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following
             TN_LOG(TN_LOG_NOTICE,
                    "metastore: channel %s of %s was recorded but had no files; creating it", ch,
                    name);
-        else
+        else {
             tn_free(cw);
+            make_refused(c, name, ch, rc);
+        }
     }
 }
 
@@ -1513,6 +1568,8 @@ void tn_catalog_stop(tn_catalog_t *c)
         c->confirm->c = NULL;
     if (c->timer != NULL)
         uv_close((uv_handle_t *)c->timer, on_timer_closed);
+    if (c->retry != NULL)
+        uv_close((uv_handle_t *)c->retry, on_timer_closed);
 #ifdef TN_TEST
     if (c->lag != NULL)
         uv_close((uv_handle_t *)c->lag, on_timer_closed);

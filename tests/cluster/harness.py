@@ -320,13 +320,14 @@ class Node:
                 f"--pid-file={os.path.join(self.dir, 'ternd.pid')}",
                 *self.cluster.args_for(self), *self.extra]
 
-    def start(self, *extra, env=None):
+    def start(self, *extra, env=None, preexec_fn=None):
         """Start (again) on the same data directory and ports; returns at
-        once (wait_ready waits)."""
+        once (wait_ready waits). preexec_fn runs in the child before
+        ternd (e.g. a lower RLIMIT_NOFILE)."""
         assert not self.running(), f"node {self.id} is running"
         self.daemon = Daemon(self.data, *self.args(), *extra,
                              env=env if env is not None else self.cluster.env(),
-                             log_path=self.log_path, prefix=self.prefix)
+                             log_path=self.log_path, prefix=self.prefix, preexec_fn=preexec_fn)
         return self
 
     def running(self):

@@ -1,0 +1,102 @@
+"""A topic created through one node whose partition's owner is another
+node at its descriptor limit (tests/e2e/test_fdlimit.py: creations stop
+short of it): the creation is recorded and answered 201 by the node that
+took it, the owner cannot open the partition then, and makes it by itself
+once descriptors free up there (trying again every second), with no
+other change of the metastore to prompt it, and says so in its log
+(before, the refusal was silent and only the next metastore change or a
+restart made the partition: with none, it stayed missing and its
+produces waited in the ingress log).
+
+Node 2 runs with RLIMIT_NOFILE at 128. The test holds NSQ connections to
+it up to the doors' mark (three quarters of the limit), then creates
+3-partition topics (partition 1 is node 2's, factor 1) through node 1 until
+node 2 cannot make one; closing the connections frees the descriptors.
+
+Run: python3 tests/cluster/test_fd_create.py --ternd build/ternd
+"""
+import os
+import resource
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import wait_until  # noqa: E402
+
+NOFILE = 128
+OCTET = {"Content-Type": "application/octet-stream"}
+
+
+def low_nofile():
+    resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
+
+
+class FdCreate(harness.ClusterTest):
+    node_args = ["--default-replication-factor=1"]
+
+    def made(self, node, topic):
+        """Whether node's view of topic shows partition 1 (node 2's) open."""
+        st, body = node.request("GET", f"/v1/topics/{topic}")
+        if st != 200 or not isinstance(body, dict):
+            return False
+        return "error" not in body["partition_stats"][1]
+
+    def test_a_partition_refused_for_descriptors_is_made_once_they_free(self):
+        c = self.make(3)
+        n1, n2, n3 = c.nodes
+        n1.start()
+        n2.start(preexec_fn=low_nofile)
+        n3.start()
+        c.wait_ready()
+        c.wait_alive(3)
+        fds = lambda: len(os.listdir(f"/proc/{n2.pid}/fd"))  # noqa: E731
+        st, info = n2.nsq_http("GET", "/info")
+        self.assertEqual(st, 200, info)
+        held = []
+        self.addCleanup(lambda: [s.close() for s in held])
+        for _ in range(NOFILE):
+            if fds() >= NOFILE * 3 // 4 - 2:
+                break
+            held.append(socket.create_connection(("127.0.0.1", info["tcp_port"]), timeout=10))
+            held[-1].sendall(b"  V2")
+            time.sleep(0.01)
+        self.assertGreater(len(held), 10)
+        missing = None
+        for i in range(NOFILE // 2):
+            name = f"fdc{i}"
+            st, body = n1.request("POST", "/v1/topics", {"name": name, "partitions": 3})
+            self.assertEqual(st, 201, body)
+            try:
+                wait_until(f"{name}/1 open on node 2", lambda t=name: self.made(n1, t), 5)
+            except AssertionError:
+                missing = name
+                break
+        self.assertIsNotNone(missing, "node 2 made every topic")
+        st, body = n1.request("GET", f"/v1/topics/{missing}")
+        self.assertIn("owner has no such topic", body["partition_stats"][1]["error"], body)
+        time.sleep(2)
+        self.assertFalse(self.made(n1, missing))
+        # Descriptors free up on node 2, and nothing else changes.
+        for s in held:
+            s.close()
+        held.clear()
+        wait_until(f"{missing}/1 made on node 2 once descriptors freed",
+                   lambda: self.made(n1, missing), 5)
+        # Said when refused, not only seen in the stats.
+        self.assertIn(f"metastore: topic {missing} is recorded but cannot be made here now: too "
+                      "many open files", n2.log())
+        st, body = n1.request("POST", f"/v1/topics/{missing}/produce?partition=1", b"made",
+                              headers=OCTET)
+        self.assertEqual(st, 202, body)
+
+        def consumed():
+            st, body = n1.request("GET", f"/v1/topics/{missing}/consume?partition=1&wait=1s")
+            return body if st == 200 else None
+        got = wait_until("the produce consumed", consumed, 30)
+        self.assertEqual(got["payload"] if isinstance(got, dict) else got, "made", got)
+
+
+if __name__ == "__main__":
+    harness.main()
