@@ -451,6 +451,16 @@ static void topic_create_done(uv_work_t *w, int status)
         t->err = rc;
         tn__topic_unlink(b, t);
         tn__waiters_fire(&t->waiters, rc);
+        /* The logs it did open let their descriptors go now, not when the
+         * store closes (a creation refused for descriptors would keep
+         * them). */
+        for (uint32_t i = 0; i < t->nparts; i++) {
+            tn_part_t *p = t->parts[i];
+            if (p->plog != NULL && !p->remote) {
+                tn_plog_close(p->plog, NULL);
+                p->plog = NULL;
+            }
+        }
         tn__topic_free(t);
     } else {
         if (stamp != 0)

@@ -182,6 +182,29 @@ class FdLimit(unittest.TestCase):
         self.publish_across_segments()
         self.http.close()
 
+    def test_a_creation_the_engine_refuses_keeps_no_record(self):
+        # Room for a topic at the check before its record, but not for its
+        # 40 partitions' files: the answer is the same 503 to retry, and
+        # the record made for it is taken back, so the retry (with fewer
+        # partitions) makes the topic rather than meeting "already exists"
+        # and a topic without partitions.
+        self.http = http.client.HTTPConnection("127.0.0.1", self.d.http_port, timeout=30)
+        deadline = time.monotonic() + 10
+        while self.request("GET", "/v1/topics/t0")[0] != 200:  # the metastore caught up
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        st, hdrs, body = self.request("POST", "/v1/topics", b'{"name":"wide","partitions":40}')
+        self.assertEqual(st, 503, body)
+        self.assertIn("too many open files", json.loads(body)["error"])
+        st, _, body = self.request("GET", "/v1/topics/wide")
+        self.assertEqual(st, 404, body)
+        st, _, body = self.request("POST", "/v1/topics", b'{"name":"wide","partitions":2}')
+        self.assertEqual(st, 201, body)
+        st, _, body = self.request("POST", "/v1/topics/wide/produce", b'{"n":1}')
+        self.assertEqual(st, 202, body)
+        self.publish_across_segments()
+        self.http.close()
+
     def request(self, method, path, body=None):
         self.http.request(method, path, body=body, headers=ADMIN)
         r = self.http.getresponse()

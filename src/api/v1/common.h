@@ -39,6 +39,12 @@ void tn__v1_error(tn_http_request_t *r, int status, const char *msg, const char 
 #define TN__V1_FD_FULL                                                                             \
     "cannot create it now: too many open files (this node keeps its last descriptors for the "     \
     "partitions it has); retry later, or raise the descriptor limit"
+/* The same refusal after the topic was recorded, when taking the record
+ * back failed too (the metastore did not answer): the topic stays
+ * recorded, its partitions missing here. */
+#define TN__V1_FD_KEPT                                                                             \
+    "cannot create it now: too many open files, and its record could not be taken back (the "      \
+    "metastore did not answer): delete the topic, then create it again once descriptors are free"
 /* Answer b (a JSON document, a newline is added) and release it. */
 void tn__v1_respond_buf(tn_http_request_t *r, int status, tn_buf_t *b);
 /* The answer of an operation that parked r until the metastore answered

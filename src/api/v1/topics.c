@@ -394,6 +394,10 @@ typedef struct {
     patch_t patch;         /* PATCH */
     int tries;             /* PATCH proposals refused because the record changed */
     int64_t created_at_ms; /* DELETE: the deleted record's, for the purge */
+    /* A creation the engine refused near the descriptor limit, whose
+     * record is being taken back (create_failed): the DELETE steps then
+     * answer the creation's 503. */
+    bool undo;
 } op_t;
 
 static void op_cancel(tn_http_request_t *r)
@@ -467,16 +471,37 @@ static void on_channel_recorded(tn_meta_req_t *req, int status)
     op_end(op, 201, NULL);
 }
 
+static void on_delete_recorded(tn_meta_req_t *req, int status);
+
 /* The engine could not make op's topic or its channel: near the
- * descriptor limit a 503 to retry, else a 500. */
+ * descriptor limit a 503 to retry, else a 500. The 503 promises that
+ * nothing is kept: the check before the record found room for one file,
+ * not for every partition's, so the record is taken back (a TOPIC_DELETE
+ * of it, then the purge of what this and other nodes made of it, as a
+ * DELETE does) before the answer. Otherwise a retry would meet "topic
+ * already exists" and a topic whose partitions were never made here. */
 static void create_failed(op_t *op, int rc)
 {
     TN_LOG(TN_LOG_ERROR, "topic %s: creating it in the queue engine failed: %s", op->topic,
            tn_strerror(rc));
-    if (rc == UV_EMFILE)
-        op_end(op, 503, TN__V1_FD_FULL);
-    else
+    if (rc != UV_EMFILE) {
         op_end(op, 500, "create failed");
+        return;
+    }
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
+    if (e == NULL || e->rec.created_at_ms != op->created_at_ms || op->v->closing) {
+        op_end(op, 503, TN__V1_FD_FULL); /* not this creation's record any longer */
+        return;
+    }
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_DELETE;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", op->topic);
+    c.topic.created_at_ms = op->created_at_ms; /* not encoded: the purge's */
+    op->undo = true;
+    op->mreq.data = op;
+    if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_delete_recorded) != 0)
+        on_delete_recorded(&op->mreq, UV_ECANCELED);
 }
 
 static void on_create_wait(tn_waiter_t *w, int status)
@@ -1020,6 +1045,13 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
 static void on_purged(void *arg, int status, const char *error)
 {
     op_t *op = arg;
+    if (op->undo) {
+        if (status != 0)
+            TN_LOG(TN_LOG_WARN, "topic %s: its refused creation is taken back; %s", op->topic,
+                   error);
+        op_end(op, 503, TN__V1_FD_FULL);
+        return;
+    }
     if (status != 0) {
         char msg[1024];
         snprintf(msg, sizeof(msg), "topic deleted; %s", error);
@@ -1032,6 +1064,17 @@ static void on_purged(void *arg, int status, const char *error)
 static void on_delete_recorded(tn_meta_req_t *req, int status)
 {
     op_t *op = req->data;
+    if (op->undo && (status != 0 || op->v->closing)) {
+        if (status != 0 && status != TN_ENOTFOUND) {
+            TN_LOG(TN_LOG_ERROR,
+                   "topic %s: taking back the record of its refused creation failed: %s", op->topic,
+                   tn_strerror(status));
+            op_end(op, 503, TN__V1_FD_KEPT);
+            return;
+        }
+        op_end(op, 503, TN__V1_FD_FULL);
+        return;
+    }
     if (status == TN_ENOTFOUND) {
         op_end(op, 404, "topic not found");
         return;
