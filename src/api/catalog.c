@@ -993,8 +993,14 @@ static int purge_step(tn_catalog_t *c, purge_t *p, int64_t now)
     if (!going(c, p->topic, NULL)) {
         tn_topic_t *t = NULL;
         int rc = tn_broker_topic(c->broker, p->topic, strlen(p->topic), false, 0, NULL, &t);
-        if (rc == TN_ENOTFOUND)
-            return 0; /* nothing of it here (any longer) */
+        if (rc == TN_ENOTFOUND) {
+            /* Nothing of it here (any longer), but maybe the directory of
+             * a creation that failed (a /v1 create whose record was taken
+             * back): a lone node sweeps nowhere else. */
+            if (!c->o.cluster || replica_current(c))
+                tn_broker_sweep_bare(c->broker, topic_recorded, c);
+            return 0;
+        }
         if (rc == 0 && (t->memory || !stale(c, t, tn_meta_topic_find(s, p->topic))))
             return 0; /* the topic made again after it, not the old one */
         if (rc == 0) {

@@ -359,12 +359,13 @@ struct topic_job_s {
     int rc;
 };
 
-/* A topic directory holding no partition, found at the start
- * (tn_broker_sweep_bare). */
+/* A topic directory holding no partition, found at the start, or what a
+ * failed creation left (tn_broker_sweep_bare). */
 struct tn_bare_s {
     uv_work_t work;
     tn_broker_t *b;
     bool removing;     /* its removal job is in flight */
+    bool failed;       /* left by a failed creation, not found at the start */
     topic_job_t *held; /* a creation of the name, queued once the removal ends */
     int rc;
     tn_bare_t *next;
@@ -453,12 +454,24 @@ static void topic_create_done(uv_work_t *w, int status)
         tn__waiters_fire(&t->waiters, rc);
         /* The logs it did open let their descriptors go now, not when the
          * store closes (a creation refused for descriptors would keep
-         * them). */
+         * them); what it made on disk is left to tn_broker_sweep_bare, as
+         * a directory the start found holding no topic: a creation of the
+         * name again takes it, or a sweep removes it once its record is
+         * gone (before, it stayed until the next start). */
         for (uint32_t i = 0; i < t->nparts; i++) {
             tn_part_t *p = t->parts[i];
             if (p->plog != NULL && !p->remote) {
                 tn_plog_close(p->plog, NULL);
                 p->plog = NULL;
+            }
+        }
+        if (!t->memory && *bare_find(b, t->name, strlen(t->name)) == NULL) {
+            tn_bare_t *x = tn_calloc(1, sizeof(*x));
+            if (x != NULL) {
+                snprintf(x->name, sizeof(x->name), "%s", t->name);
+                x->failed = true;
+                x->next = b->bare;
+                b->bare = x;
             }
         }
         tn__topic_free(t);
@@ -576,6 +589,11 @@ static void bare_done(uv_work_t *w, int status)
                "topic %s: removing its directory here, which holds no partition and which the "
                "metastore no longer records, failed: %s",
                x->name, tn_strerror(rc));
+    else if (x->failed)
+        TN_LOG(TN_LOG_NOTICE,
+               "topic %s: what its failed creation left here is moved to trash: the metastore no "
+               "longer records the topic",
+               x->name);
     else
         TN_LOG(TN_LOG_NOTICE,
                "topic %s: its directory here (a pause's files, no partition) is moved to trash: "

@@ -725,8 +725,8 @@ struct tn_broker_s {
     /* Channel-state replication (tn_broker_set_chan_repl). */
     tn_chan_repl_t chan_repl;
     /* Topic directories the start found with no partition directory (a
-     * pause on a node holding no copy made them): not loaded, and left to
-     * tn_broker_sweep_bare. */
+     * pause on a node holding no copy made them), and those of creations
+     * that failed: not loaded, and left to tn_broker_sweep_bare. */
     tn_bare_t *bare;
 };
 
@@ -753,8 +753,9 @@ int tn_broker_topic(tn_broker_t *b, const char *name, size_t len, bool create, u
                     tn_waiter_t *w, tn_topic_t **out);
 
 /* The topic directories the start found holding no partition (the pause
- * files and stamps of a pause taken here with no copy, docs/cluster.md)
- * that no topic of the engine has taken since: each one recorded(arg,
+ * files and stamps of a pause taken here with no copy, docs/cluster.md),
+ * and those creations that failed left (whatever they hold), that no
+ * topic of the engine has taken since: each one recorded(arg,
  * name) does not know is removed (renamed into trash/ on a worker thread,
  * as a deletion here does; logged), as its topic was deleted while this
  * node was down and not made again, so nothing else ever would. One whose

@@ -198,6 +198,13 @@ class FdLimit(unittest.TestCase):
         self.assertIn("too many open files", json.loads(body)["error"])
         st, _, body = self.request("GET", "/v1/topics/wide")
         self.assertEqual(st, 404, body)
+        # What it made goes without a restart: its directory, with every
+        # partition's (before, they stayed until the next start).
+        wide = os.path.join(self.dir, "data", "topics", "wide")
+        deadline = time.monotonic() + 5
+        while os.path.exists(wide):
+            self.assertLess(time.monotonic(), deadline, os.listdir(wide))
+            time.sleep(0.05)
         st, _, body = self.request("POST", "/v1/topics", b'{"name":"wide","partitions":2}')
         self.assertEqual(st, 201, body)
         st, _, body = self.request("POST", "/v1/topics/wide/produce", b'{"n":1}')
