@@ -442,7 +442,13 @@ static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const c
     switch (ev) {
     case TN_EV_TOPIC_UP: {
         tn_topic_t *t = NULL;
-        if (tn_broker_topic(c->broker, topic, strlen(topic), false, 0, NULL, &t) == 0)
+        /* One made for a record (the gate let it through for it) is not
+         * recorded again: a record deleted while the engine made it (a
+         * /v1 creation taken back, create_failed in v1/topics.c; a
+         * deletion through another node) stays deleted, and the topic
+         * goes by follow_deletions. */
+        if (tn_broker_topic(c->broker, topic, strlen(topic), false, 0, NULL, &t) == 0 &&
+            t->record_created_ms == 0)
             record_topic(c, t);
         /* A /v1 topic made (again) in the engine takes its record's settings. */
         const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), topic);

@@ -13,6 +13,11 @@ it up to the doors' mark (three quarters of the limit), then creates
 3-partition topics (partition 1 is node 2's, factor 1) through node 1 until
 node 2 cannot make one; closing the connections frees the descriptors.
 
+And a creation the asked node itself cannot make for its descriptors
+after the record (room for the check, not for every partition's files):
+the record is taken back and every node's files removed before the 503,
+so the retry creates the topic.
+
 Run: python3 tests/cluster/test_fd_create.py --ternd build/ternd
 """
 import os
@@ -43,16 +48,11 @@ class FdCreate(harness.ClusterTest):
             return False
         return "error" not in body["partition_stats"][1]
 
-    def test_a_partition_refused_for_descriptors_is_made_once_they_free(self):
-        c = self.make(3)
-        n1, n2, n3 = c.nodes
-        n1.start()
-        n2.start(preexec_fn=low_nofile)
-        n3.start()
-        c.wait_ready()
-        c.wait_alive(3)
-        fds = lambda: len(os.listdir(f"/proc/{n2.pid}/fd"))  # noqa: E731
-        st, info = n2.nsq_http("GET", "/info")
+    def hold_connections(self, node):
+        """NSQ connections to node up to its doors' mark (three quarters
+        of NOFILE), closed at the end of the test: the list of sockets."""
+        fds = lambda: len(os.listdir(f"/proc/{node.pid}/fd"))  # noqa: E731
+        st, info = node.nsq_http("GET", "/info")
         self.assertEqual(st, 200, info)
         held = []
         self.addCleanup(lambda: [s.close() for s in held])
@@ -63,6 +63,17 @@ class FdCreate(harness.ClusterTest):
             held[-1].sendall(b"  V2")
             time.sleep(0.01)
         self.assertGreater(len(held), 10)
+        return held
+
+    def test_a_partition_refused_for_descriptors_is_made_once_they_free(self):
+        c = self.make(3)
+        n1, n2, n3 = c.nodes
+        n1.start()
+        n2.start(preexec_fn=low_nofile)
+        n3.start()
+        c.wait_ready()
+        c.wait_alive(3)
+        held = self.hold_connections(n2)
         missing = None
         for i in range(NOFILE // 2):
             name = f"fdc{i}"
@@ -96,6 +107,42 @@ class FdCreate(harness.ClusterTest):
             return body if st == 200 else None
         got = wait_until("the produce consumed", consumed, 30)
         self.assertEqual(got["payload"] if isinstance(got, dict) else got, "made", got)
+
+    def test_a_creation_refused_where_it_was_asked_keeps_no_record(self):
+        # Node 1 (the one asked) has room for the check before the record,
+        # not for its share of 90 partitions' files: the 503 comes once
+        # the record is taken back and every node removed what it made, so
+        # no node keeps the topic and the retry creates it.
+        c = self.make(3)
+        n1, n2, n3 = c.nodes
+        n1.start(preexec_fn=low_nofile)
+        n2.start()
+        n3.start()
+        c.wait_ready()
+        c.wait_alive(3)
+        held = self.hold_connections(n1)
+        st, body = n1.request("POST", "/v1/topics", {"name": "wide", "partitions": 90})
+        self.assertEqual(st, 503, body)
+        self.assertIn("too many open files", body["error"])
+        # Refused after the record (the check before it had room).
+        self.assertIn("topic wide: creating it in the queue engine failed", n1.log())
+        for node in c.nodes:
+            wait_until(f"node {node.id} without the record", lambda n=node: n.request(
+                "GET", "/v1/topics/wide")[0] == 404, 10)
+            wait_until(f"node {node.id} without the topic's files",
+                       lambda n=node: not os.path.exists(os.path.join(n.data, "topics", "wide")),
+                       10)
+        for sock in held:
+            sock.close()
+        held.clear()
+        st, body = n1.request("POST", "/v1/topics", {"name": "wide", "partitions": 3})
+        self.assertEqual(st, 201, body)
+        wait_until("every partition of the retried topic open", lambda: all(
+            self.made_all(node, "wide") for node in c.nodes), 20)
+
+    def made_all(self, node, topic):
+        st, body = node.request("GET", f"/v1/topics/{topic}")
+        return st == 200 and all("error" not in p for p in body["partition_stats"])
 
 
 if __name__ == "__main__":
