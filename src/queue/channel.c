@@ -133,7 +133,10 @@ static void on_walop(tn_walop_t *op, int status)
     tn_broker_t *b = ch->topic->broker;
     if (status == 0) {
         tn_hist_observe(&b->walop_hist, tn_now_mono_ns() - w->start_ns);
-        if (w->frontier_after > cp->synced_frontier)
+        /* Once a record failed for space (full), the live frontier may
+         * count its FIN while the log lacks it: the bound GC reclaims
+         * below waits for full_resume's durable one. */
+        if (cp->full == 0 && w->frontier_after > cp->synced_frontier)
             cp->synced_frontier = w->frontier_after;
         if (w->fin && cp->fins_unsynced > 0)
             cp->fins_unsynced--;

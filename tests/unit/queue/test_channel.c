@@ -16,6 +16,7 @@
 #include "storage/io.h"
 #include "storage/store.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,6 +242,56 @@ static void test_fin_full_disk(void **state)
     ch = channel(q, "t", "c");
     tn_channel_stats(ch, &st);
     assert_int_equal(st.depth, 0);
+    qfx_free(q);
+}
+
+/* A FIN whose write finds the disk full, then a later FIN queued before the
+ * first one's failure reached the loop and written in a round of its own:
+ * the second one's success must not count the first as durable, as GC
+ * would reclaim the first message's segment before it is delivered again
+ * (synced_frontier, the GC bound, stays at the durable frontier). */
+static void test_full_disk_later_fin_keeps_gc_bound(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
+    for (int i = 0; i < 3; i++)
+        publish(q, "t", "m", 0);
+    qfx_expect_n(q, &s, 3);
+    /* A first record puts zeros ahead of the WAL: the next frames need
+     * one write each. */
+    assert_int_equal(tn_consumer_req(&s.c, 0, s.d[2].offset, true, s.d[2].nonce, 600000), 0);
+    sync_ch(q, ch, 0, 0);
+    tn_chpart_t *cp = ch->parts[0];
+    assert_int_equal(cp->synced_frontier, 0);
+    tn_io_fail_write_after(0, UV_ENOSPC);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[0].offset, s.d[0].nonce), 0);
+    syncw_t first = {.s.data = &first};
+    tn_channel_sync(ch, 0, &first.s, on_sync);
+    /* The committer takes that FIN alone; the loop hears nothing yet. */
+    for (int i = 0; i < 200 && tn_chanlog_completed(cp->cl) == 0; i++)
+        usleep(1000);
+    usleep(100000);
+    tn_io_fail_write_after(-1, 0);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[1].offset, s.d[1].nonce), 0);
+    syncw_t second = {.s.data = &second};
+    tn_channel_sync(ch, 0, &second.s, on_sync);
+    assert_true(qfx_run_until(q, sync_done, &second));
+    assert_int_equal(first.status, UV_ENOSPC);
+    assert_int_equal(second.status, 0);
+    assert_int_equal(cp->full, UV_ENOSPC);
+    printf("synced_frontier %" PRIu64 " (message 0 not settled on disk)\n", cp->synced_frontier);
+    assert_int_equal(cp->synced_frontier, 0);
+    /* Space again: message 0 comes back, and only it. */
+    assert_true(qfx_run_until(q, no_log_full, q->b));
+    assert_int_equal(cp->synced_frontier, 0);
+    tn_consumer_detach(&s.c);
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_expect_n(q, &s, 1);
+    assert_int_equal(s.d[0].offset, 0);
+    tn_consumer_detach(&s.c);
     qfx_free(q);
 }
 
@@ -2245,6 +2296,7 @@ int main(void)
         cmocka_unit_test(test_fin_done_after_log_sync),
         cmocka_unit_test(test_fin_failed_write),
         cmocka_unit_test(test_fin_full_disk),
+        cmocka_unit_test(test_full_disk_later_fin_keeps_gc_bound),
         cmocka_unit_test(test_credit_limits_inflight),
         cmocka_unit_test(test_req_delay_and_attempts),
         cmocka_unit_test(test_timeout_redelivers_and_touch),
