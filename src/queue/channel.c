@@ -1599,6 +1599,9 @@ static void lease_end(tn_chpart_t *cp, tn_lease_t *l)
 static void full_resume(tn_chpart_t *cp, tn_cursor_t *cur)
 {
     tn_channel_t *ch = cp->ch;
+    /* Leases lapsed meanwhile (their TIMEOUTS records refused): the
+     * count, a counter, does not go back. */
+    uint64_t timeouts = cp->cur.timeout_count;
     tn_cursor_fini(&cp->cur);
     cp->cur = *cur;
     memset(cur, 0, sizeof(*cur));
@@ -1622,6 +1625,10 @@ static void full_resume(tn_chpart_t *cp, tn_cursor_t *cur)
         tn_walrec_t r = {.op = TN_WAL_EMPTY, .offset = cp->part->first_offset};
         record(cp, &r);
         cp->scan = cp->cur.frontier;
+    }
+    if (timeouts > cp->cur.timeout_count) {
+        tn_walrec_t r = {.op = TN_WAL_TIMEOUTS, .value = timeouts};
+        record(cp, &r);
     }
     tn__chpart_take_pause(cp);
     tn__broker_pump_later(ch);

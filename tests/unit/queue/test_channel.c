@@ -295,6 +295,51 @@ static void test_full_disk_later_fin_keeps_gc_bound(void **state)
     qfx_free(q);
 }
 
+static bool one_timeout(void *arg)
+{
+    tn_channel_stats_t st;
+    tn_channel_stats(arg, &st);
+    return st.timeout_count == 1;
+}
+
+/* A lease that lapses while the log is full counts in the channel's
+ * timeouts; the count stays once space returns (the durable state taken
+ * back lacks it) and after a restart. */
+static void test_full_disk_keeps_timeouts(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
+    for (int i = 0; i < 3; i++)
+        publish(q, "t", "m", 0);
+    qfx_expect_n(q, &s, 3);
+    /* A first record puts zeros ahead of the WAL: the next one's frame
+     * is the write that fails. */
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[2].offset, s.d[2].nonce), 0);
+    sync_ch(q, ch, 0, 0);
+    tn_io_fail_write_after(0, UV_ENOSPC);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[0].offset, s.d[0].nonce), 0);
+    sync_ch(q, ch, 0, UV_ENOSPC);
+    tn_io_fail_write_after(-1, 0);
+    assert_true(qfx_run_until(q, one_log_full, q->b));
+    assert_int_equal(tn_consumer_touch(&s.c, 0, s.d[1].offset, true, s.d[1].nonce, 50), 0);
+    assert_true(qfx_run_until(q, one_timeout, ch));
+    assert_true(qfx_run_until(q, no_log_full, q->b));
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    printf("timeouts after space returned: %" PRIu64 "\n", st.timeout_count);
+    assert_int_equal(st.timeout_count, 1);
+    sync_ch(q, ch, 0, 0);
+    tn_consumer_detach(&s.c);
+    qfx_restart(q);
+    ch = channel(q, "t", "c");
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.timeout_count, 1);
+    qfx_free(q);
+}
+
 /* A channel log write that fails: the FIN's wait ends with the error, the
  * FIN never counts as finished, and every later settle is refused with its
  * lease as it was. */
@@ -2297,6 +2342,7 @@ int main(void)
         cmocka_unit_test(test_fin_failed_write),
         cmocka_unit_test(test_fin_full_disk),
         cmocka_unit_test(test_full_disk_later_fin_keeps_gc_bound),
+        cmocka_unit_test(test_full_disk_keeps_timeouts),
         cmocka_unit_test(test_credit_limits_inflight),
         cmocka_unit_test(test_req_delay_and_attempts),
         cmocka_unit_test(test_timeout_redelivers_and_touch),
