@@ -274,6 +274,10 @@ static void part_shift(part_t *p, size_t n)
     p->n -= n;
     p->backoff_ms = 0;
     p->next_try_ms = 0;
+    /* Their settles deliver again, but not those whose leases lapsed
+     * meanwhile (settling nothing): on_hold may take more now. */
+    if (p->r->attached)
+        tn_consumer_unhold(&p->r->c);
 }
 
 /* Held message h's key for the log: as it is when short printable ASCII,
@@ -550,7 +554,10 @@ static void count_local(runner_t *r)
     uint32_t n = 0;
     for (uint32_t i = 0; i < t->nparts; i++)
         n += tn_topic_part_local(t, i);
-    r->nlocal = n > 0 ? n : 1;
+    n = n > 0 ? n : 1;
+    if (n < r->nlocal && r->attached)
+        tn_consumer_unhold(&r->c); /* a larger share each (on_hold) */
+    r->nlocal = n;
 }
 
 static void runner_stop(runner_t *r)

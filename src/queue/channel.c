@@ -2192,6 +2192,12 @@ int tn_consumer_dead_letter(tn_consumer_t *c, uint32_t partition, uint64_t offse
     return 0;
 }
 
+void tn_consumer_unhold(tn_consumer_t *c)
+{
+    if (c->ch != NULL)
+        tn__broker_pump_later(c->ch);
+}
+
 int tn_consumer_touch(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
                       uint32_t nonce, int64_t timeout_ms)
 {

@@ -505,7 +505,8 @@ struct tn_consumer_s {
     /* Optional, for a consumer not pinned: true when it takes nothing more
      * of partition for now (a remote child's cursor holding its share of
      * that partition: api/rchild.c). Asked at each pick; the consumer's
-     * own settles (fin, req, dead letter) deliver again. NULL: every
+     * own settles (fin, req, dead letter) deliver again, and so does
+     * tn_consumer_unhold (a hold let go with no settle). NULL: every
      * partition. */
     bool (*hold)(tn_consumer_t *c, uint32_t partition);
     void *data;
@@ -924,6 +925,9 @@ int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool 
  * tn_consumer_fin (the lease stays as it was on an error). */
 int tn_consumer_dead_letter(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
                             uint32_t nonce, const tn_msg_t *body, const tn_msg_t *key);
+/* c's hold (tn_consumer_t.hold) let go of a partition with no settle of
+ * c's (its leases had lapsed, say): deliver again at the loop's next turn. */
+void tn_consumer_unhold(tn_consumer_t *c);
 /* The dead-letter topic of ch into out (len at least TN_NAME_MAX + 1):
  * `<topic>.<channel>.DLQ`, or the hashed form (core/name.h). */
 void tn_channel_dlq_name(const tn_channel_t *ch, char *out, size_t len);

@@ -866,6 +866,34 @@ class Blind(harness.ClusterTest):
         codes = c.stop()
         self.assertEqual(set(codes.values()), {0}, codes)
 
+    def test_cursor_let_go_of_lapsed_messages_takes_more(self):
+        """The cursor at its hold (16 MiB of 512 KiB messages) while its
+        first request outwaits the leases (answered in 2 s, ternd-test's
+        TERN_TEST_RCHILD_LEASE_MS=1500; the later ones at once): the
+        leases lapse while it takes nothing more, so its settles after the
+        answers settle nothing; once it holds less it takes more (the
+        lapsed ones again, and those never delivered) with no publish to
+        wake the channel (was: the last 8 stayed on the channel)."""
+        c, s = self.attached_source(lease_ms=1500)
+        self.fake.answer_delay = 2.0
+        filler = "x" * (512 * 1024 - 8)
+        for first in range(0, 40, 8):
+            batch = [{"payload": f"{i:08d}{filler}", "key": "k"} for i in range(first, first + 8)]
+            st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR,
+                                 timeout=30)
+            self.assertEqual(st, 202, body)
+        wait_until("the first request at the fake", lambda: self.fake.requests >= 1, 30)
+        self.fake.answer_delay = 0.0
+        want = {f"{i:08d}" for i in range(40)}
+        got = lambda: {p[:8] for p in self.fake.payloads}
+        try:
+            wait_until("every message at the fake", lambda: got() >= want, 30)
+        except AssertionError:
+            print(f"at the fake: {len(got())} of 40 messages", flush=True)
+            raise
+        codes = c.stop()
+        self.assertEqual(set(codes.values()), {0}, codes)
+
     def test_batch_over_a_proxy_body_limit_is_split(self):
         """The remote behind a proxy that answers 413 to a body over 256 KiB
         (nginx's client_max_body_size, say): 12 messages of 100 KiB make a
