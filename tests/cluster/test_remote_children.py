@@ -728,6 +728,16 @@ class Blind(harness.ClusterTest):
             self.skipTest("needs ternd-test (TERN_TEST_RCHILD_LEASE_MS)")
         return c, s
 
+    def produce_large(self, s, n):
+        """n messages of 512 KiB to orders on s, in batches of 8 (4 MiB),
+        each payload starting with its number in 8 digits."""
+        filler = "x" * (512 * 1024 - 8)
+        for first in range(0, n, 8):
+            batch = [{"payload": f"{i:08d}{filler}", "key": "k"} for i in range(first, first + 8)]
+            st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR,
+                                 timeout=30)
+            self.assertEqual(st, 202, body)
+
     def topic_with_child(self, s, partitions, remote, delay_ms=0):
         """Topic orders on s with the orders of remote as a remote child."""
         st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": partitions,
@@ -851,12 +861,7 @@ class Blind(harness.ClusterTest):
         their size, so none waits past its lease and each is sent once."""
         c, s = self.attached_source(lease_ms=8000)
         self.fake.answer_delay = 1.0
-        filler = "x" * (512 * 1024 - 8)
-        for first in range(0, 80, 8):
-            batch = [{"payload": f"{i:08d}{filler}", "key": "k"} for i in range(first, first + 8)]
-            st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR,
-                                 timeout=30)
-            self.assertEqual(st, 202, body)
+        self.produce_large(s, 80)
         want = {f"{i:08d}" for i in range(80)}
         wait_until("every large message at the fake",
                    lambda: {p[:8] for p in self.fake.payloads} >= want, 120)
@@ -876,12 +881,7 @@ class Blind(harness.ClusterTest):
         wake the channel (was: the last 8 stayed on the channel)."""
         c, s = self.attached_source(lease_ms=1500)
         self.fake.answer_delay = 2.0
-        filler = "x" * (512 * 1024 - 8)
-        for first in range(0, 40, 8):
-            batch = [{"payload": f"{i:08d}{filler}", "key": "k"} for i in range(first, first + 8)]
-            st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR,
-                                 timeout=30)
-            self.assertEqual(st, 202, body)
+        self.produce_large(s, 40)
         wait_until("the first request at the fake", lambda: self.fake.requests >= 1, 30)
         self.fake.answer_delay = 0.0
         want = {f"{i:08d}" for i in range(40)}

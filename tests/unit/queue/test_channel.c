@@ -97,6 +97,25 @@ static void sync_ch(qfx_t *q, tn_channel_t *ch, uint32_t p, int want)
     assert_int_equal(w.status, want);
 }
 
+/* Channel c of topic t on q with s attached (credit 10), and n messages
+ * published and delivered to s. */
+static tn_channel_t *sink_with(qfx_t *q, qfx_sink_t *s, int n)
+{
+    tn_channel_t *ch = channel(q, "t", "c");
+    qfx_attach(s, ch, 10, 60000);
+    for (int i = 0; i < n; i++)
+        publish(q, "t", "m", 0);
+    qfx_expect_n(q, s, n);
+    return ch;
+}
+
+/* Restart q and the stats of its channel c of topic t. */
+static void restarted_stats(qfx_t *q, tn_channel_stats_t *st)
+{
+    qfx_restart(q);
+    tn_channel_stats(channel(q, "t", "c"), st);
+}
+
 /* --- tests ------------------------------------------------------------------ */
 
 static void test_publish_deliver_fin(void **state)
@@ -238,9 +257,7 @@ static void test_fin_full_disk(void **state)
         assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[i].offset, s.d[i].nonce), 0);
     sync_ch(q, ch, 0, 0);
     tn_consumer_detach(&s.c);
-    qfx_restart(q);
-    ch = channel(q, "t", "c");
-    tn_channel_stats(ch, &st);
+    restarted_stats(q, &st);
     assert_int_equal(st.depth, 0);
     qfx_free(q);
 }
@@ -254,12 +271,8 @@ static void test_full_disk_later_fin_keeps_gc_bound(void **state)
 {
     (void)state;
     qfx_t *q = qfx_new(NULL, NULL);
-    tn_channel_t *ch = channel(q, "t", "c");
     qfx_sink_t s;
-    qfx_attach(&s, ch, 10, 60000);
-    for (int i = 0; i < 3; i++)
-        publish(q, "t", "m", 0);
-    qfx_expect_n(q, &s, 3);
+    tn_channel_t *ch = sink_with(q, &s, 3);
     /* A first record puts zeros ahead of the WAL: the next frames need
      * one write each. */
     assert_int_equal(tn_consumer_req(&s.c, 0, s.d[2].offset, true, s.d[2].nonce, 600000), 0);
@@ -309,12 +322,8 @@ static void test_full_disk_keeps_timeouts(void **state)
 {
     (void)state;
     qfx_t *q = qfx_new(NULL, NULL);
-    tn_channel_t *ch = channel(q, "t", "c");
     qfx_sink_t s;
-    qfx_attach(&s, ch, 10, 60000);
-    for (int i = 0; i < 3; i++)
-        publish(q, "t", "m", 0);
-    qfx_expect_n(q, &s, 3);
+    tn_channel_t *ch = sink_with(q, &s, 3);
     /* A first record puts zeros ahead of the WAL: the next one's frame
      * is the write that fails. */
     assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[2].offset, s.d[2].nonce), 0);
@@ -333,9 +342,7 @@ static void test_full_disk_keeps_timeouts(void **state)
     assert_int_equal(st.timeout_count, 1);
     sync_ch(q, ch, 0, 0);
     tn_consumer_detach(&s.c);
-    qfx_restart(q);
-    ch = channel(q, "t", "c");
-    tn_channel_stats(ch, &st);
+    restarted_stats(q, &st);
     assert_int_equal(st.timeout_count, 1);
     qfx_free(q);
 }
