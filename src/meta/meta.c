@@ -160,6 +160,12 @@ struct tn_meta_s {
     unsigned election_ms;
     /* libraft's io start, which io_start calls with a finer tick. */
     int (*uv_start)(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick, raft_io_recv_cb recv);
+    /* libraft's receive callback, which io_recv calls after it looked. */
+    raft_io_recv_cb raft_recv;
+    /* The highest commit index a leader's AppendEntries carried (io_recv):
+     * committed, so a follower whose log lacks it is behind, whatever its
+     * own commit index says (caught_up). */
+    raft_index leader_commit_seen;
     /* A new cluster this node bootstrapped with others, until it has a
      * leader: every election timer is drawn from [E/4, E/2]
      * (first_elections). */
@@ -1089,6 +1095,12 @@ static bool caught_up(tn_meta_t *m)
      * snapshot's): what its own log held is applied first, or it would
      * answer for a state older than the one it had before the restart. */
     if (raft_last_applied(&m->raft) < m->start_index)
+        return false;
+    /* Nor is one caught up whose log lacks entries the leader said are
+     * committed: its own commit index moves only with appends that match
+     * its log, so a follower restarted behind (the leader's first append
+     * refused) would otherwise count as caught up at its start's state. */
+    if (raft_state(&m->raft) != RAFT_LEADER && raft_last_applied(&m->raft) < m->leader_commit_seen)
         return false;
     return raft_last_applied(&m->raft) >= m->raft.commit_index;
 }
@@ -3028,11 +3040,23 @@ static void first_elections(tn_meta_t *m)
  * elapsed time (a leader's heartbeats still go once a heartbeat timeout,
  * its quorum check once an election timeout, a promotion's rounds and a
  * transfer's deadline likewise), so only the timers' resolution changes. */
+static void io_recv(struct raft_io *io, struct raft_message *msg)
+{
+    tn_meta_t *m = TN_CONTAINER_OF(io, tn_meta_t, io);
+    /* Any leader's commit index is committed (whatever its term): read
+     * before libraft takes the message. */
+    if (msg->type == RAFT_IO_APPEND_ENTRIES &&
+        msg->append_entries.leader_commit > m->leader_commit_seen)
+        m->leader_commit_seen = msg->append_entries.leader_commit;
+    m->raft_recv(io, msg);
+}
+
 static int io_start(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick, raft_io_recv_cb recv)
 {
     tn_meta_t *m = TN_CONTAINER_OF(io, tn_meta_t, io);
     unsigned fine = TN_MAX(m->election_ms / ELECTION_TICKS, 1u);
-    return m->uv_start(io, TN_MIN(msecs, fine), tick, recv);
+    m->raft_recv = recv;
+    return m->uv_start(io, TN_MIN(msecs, fine), tick, io_recv);
 }
 
 static void on_poll(uv_timer_t *t)

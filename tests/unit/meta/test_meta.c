@@ -1496,6 +1496,7 @@ typedef struct {
     struct hop_s *held[8];
     int nheld;
     unsigned election_ms, heartbeat_ms; /* 0: 300 and 50 */
+    void (*on_ready)(void *arg);        /* optional, each node's (arg: c) */
 } cluster_t;
 
 static cluster_t *the_cluster;
@@ -1571,6 +1572,8 @@ static void cluster_open(cluster_t *c, uint64_t id, bool join_only)
     o.join_only = join_only;
     o.forward = forward_hook;
     o.forward_arg = c;
+    o.on_ready = c->on_ready;
+    o.ready_arg = c;
     char err[256] = "";
     if (tn_meta_open(c->loop, &o, &c->m[id], err, sizeof(err)) != 0)
         fail_msg("tn_meta_open %llu: %s", (unsigned long long)id, err);
@@ -2253,6 +2256,54 @@ static void test_restarted_follower_hears_the_leader(void **state)
     free(dir);
 }
 
+/* The topics the restarted node's state held when it said it was ready
+ * (test_restarted_behind_is_not_ready_early); -1: not yet. */
+static uint64_t behind_id;
+static long ready_topics = -1;
+
+static void on_behind_ready(void *arg)
+{
+    cluster_t *c = arg;
+    if (c->m[behind_id] != NULL && ready_topics < 0)
+        ready_topics = (long)tn_meta_state(c->m[behind_id])->ntopics;
+}
+
+static bool behind_ready(void *arg)
+{
+    (void)arg;
+    return ready_topics >= 0;
+}
+
+/* A follower restarted behind (the leader committed entries while it was
+ * away) is not ready before its state has them: the leader's first
+ * append is refused (its log lacks the entry before), so its own commit
+ * index stays at its start's, and it was counted caught up at that older
+ * state (a deleted topic made again from it by the catalog). */
+static void test_restarted_behind_is_not_ready_early(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    uv_loop_t loop;
+    cluster_t c;
+    uint64_t leader = cluster_start3(&c, &loop, dir, 3);
+    behind_id = leader == 1 ? 2 : 1;
+    size_t before = tn_meta_state(c.m[leader])->ntopics;
+
+    cluster_close_one(&c, behind_id);
+    propose_topics(&loop, c.m[leader], 0, 200);
+    c.on_ready = on_behind_ready;
+    ready_topics = -1;
+    cluster_open(&c, behind_id, false);
+    assert_true(run_until(&loop, behind_ready, NULL));
+    print_message("the restarted follower was ready with %ld of %zu topics\n", ready_topics,
+                  before + 200);
+    assert_int_equal(ready_topics, (long)(before + 200));
+    c.on_ready = NULL;
+    cluster_close_all(&c);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 /* A node whose peers never come: no leader, so proposals are answered
  * TN_ENOLEADER after their bound, and the leader-only calls refuse. */
 static void test_no_leader(void **state)
@@ -2408,6 +2459,7 @@ int main(void)
         cmocka_unit_test(test_transfer_to_a_live_voter),
         cmocka_unit_test(test_first_timers_apart_elect_at_once),
         cmocka_unit_test(test_restarted_follower_hears_the_leader),
+        cmocka_unit_test(test_restarted_behind_is_not_ready_early),
         cmocka_unit_test(test_channel_create_resent_after_its_deletion),
         cmocka_unit_test(test_no_leader),
         cmocka_unit_test(test_moved_address),
