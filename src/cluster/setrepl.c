@@ -121,7 +121,14 @@
  * the committed ISR its stalled confirmations hold settles, until the
  * leader shrinks it out of the ISR (rfetch), as they hold produces. A
  * follower's channel log that fails answers 500 (the leader retries; the
- * follower's storage error is sticky). Leases and in-flight deliveries
+ * follower's storage error is sticky), except a write that finds the disk
+ * full: those records fail alone (TN_WALOP_SPACE_OK, the WAL cut back),
+ * the call is answered 507, and the leader's retry writes them once
+ * there is room, with no restart. Meanwhile the follower confirms
+ * nothing: while it is in the committed ISR settles wait for it as in
+ * any failed call, until the leader shrinks it out (its record copies
+ * lag too: the disk is the same), and it comes back through the gate
+ * (step 9) with a snapshot once space returns. Leases and in-flight deliveries
  * stay on the leader: after a failover the new leader delivers again
  * every message whose FIN was not confirmed.
  *
@@ -169,6 +176,7 @@
 #include "core/name.h"
 #include "core/time.h"
 #include "storage/chanlog.h"
+#include "storage/io.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -1134,6 +1142,8 @@ static void freq_answer(freq_t *q, int status)
         tn_rpc_reply_error(q->req, 421, "this node does not follow the partition");
     else if (status == UV_ENOMEM)
         tn_rpc_reply_error(q->req, 503, "out of memory");
+    else if (tn_io_nospace(status))
+        tn_rpc_reply_error(q->req, 507, "the channel log found the disk full");
     else
         tn_rpc_reply_error(q->req, 500, "the channel log failed");
     freq_free(q);
@@ -1188,8 +1198,21 @@ static void flog_settle_waits(flog_t *fl)
 
 static void on_follow_walop(tn_walop_t *op, int status)
 {
-    (void)status; /* sticky in the log: tn_chanlog_err */
-    flog_t *fl = op->data;
+    freq_t *q = op->data;
+    flog_t *fl = q->fl;
+    if (tn_io_nospace(status)) {
+        /* The record failed alone (TN_WALOP_SPACE_OK), and with it the
+         * rest of its round: no request waiting now may say its records
+         * are on disk, and the leader's retry (from its last confirmed
+         * record) writes them all again, none skipped (a record written
+         * twice changes nothing: they set, never toggle, in stream order). */
+        for (freq_t *w = fl->waiting; w != NULL; w = w->next)
+            if (w->status == 0)
+                w->status = status;
+        fl->stream = 0;
+        fl->next_seq = 0;
+    }
+    /* Any other failure is sticky in the log: tn_chanlog_err. */
     flog_settle_waits(fl);
 }
 
@@ -1308,11 +1331,12 @@ static void flog_write(flog_t *fl, freq_t *q)
         freq_answer(q, err);
         return;
     }
+    q->fl = fl;
     for (uint32_t i = skip; i < w->count; i++) {
         tn_walrec_t rec;
         tn_wire_setrepl_rec(w, i, &rec);
-        q->ops[i].data = fl;
-        int rc = tn_chanlog_submit(fl->cl, &q->ops[i], &rec, on_follow_walop);
+        q->ops[i].data = q;
+        int rc = tn_chanlog_submit_ex(fl->cl, &q->ops[i], &rec, on_follow_walop, TN_WALOP_SPACE_OK);
         if (rc != 0) {
             q->status = rc;
             break;

@@ -24,6 +24,7 @@
 #include "core/err.h"
 #include "core/time.h"
 #include "storage/chanlog.h"
+#include "storage/io.h"
 
 #include "fixture_meta.h"
 #include "fixture_rpc.h"
@@ -605,6 +606,46 @@ static void test_follower_writes(void **state)
     tu_run_until(&f->loop, &released_flag);
     read_back(f, &cur);
     assert_int_equal(cur.frontier, 4);
+    tn_cursor_fini(&cur);
+    ffx_free(f);
+}
+
+/* A follower's channel log that finds the disk full fails those records
+ * alone (507): the leader's retry once there is room writes them, with
+ * no restart, and the records after them follow. */
+static void test_follower_full_disk(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    tu_rpc_raw_t r;
+    tn_walrec_t a[4] = {
+        {.op = TN_WAL_FIN, .offset = 0},
+        {.op = TN_WAL_FIN, .offset = 1},
+        {.op = TN_WAL_REQ, .offset = 2, .due_ms = 5, .attempts = 2},
+        {.op = TN_WAL_FIN, .offset = 3},
+    };
+    assert_int_equal(push(f, 3, 77, 1, a, 1, &r), 204); /* zeros ahead of the WAL */
+    tn_io_fail_write_after(0, UV_ENOSPC);
+    assert_int_equal(push(f, 3, 77, 2, a + 1, 2, &r), 507);
+    assert_non_null(strstr(r.body, "disk full"));
+    tn_io_fail_write_after(0, -EDQUOT); /* the leader's retry, still no room */
+    assert_int_equal(push(f, 3, 77, 2, a + 1, 2, &r), 507);
+    tn_io_fail_write_after(-1, 0);
+    /* Room again: the same records are written, not skipped. */
+    assert_int_equal(push(f, 3, 77, 2, a + 1, 3, &r), 204);
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(f->s, &st);
+    assert_int_equal(st.followed, 1);
+    released_flag = false;
+    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
+    tu_run_until(&f->loop, &released_flag);
+    tn_cursor_t cur;
+    read_back(f, &cur);
+    assert_int_equal(cur.frontier, 2);
+    assert_true(tn_cursor_is_settled(&cur, 3));
+    const tn_requeue_t *rq = tn_cursor_requeued(&cur, 2);
+    assert_non_null(rq);
+    assert_int_equal(rq->attempts, 2);
     tn_cursor_fini(&cur);
     ffx_free(f);
 }
@@ -1850,6 +1891,7 @@ int main(void)
         cmocka_unit_test(test_trim),
         cmocka_unit_test(test_rule_isr_changes),
         cmocka_unit_test(test_follower_writes),
+        cmocka_unit_test(test_follower_full_disk),
         cmocka_unit_test(test_follower_base_frontier),
         cmocka_unit_test(test_follower_refuses),
         cmocka_unit_test(test_follower_refuses_another_incarnation),
