@@ -140,6 +140,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
+#include "storage/io.h"
 #include "storage/plog.h"
 #include "storage/record.h"
 #include "storage/store.h"
@@ -150,6 +151,7 @@
 #include <string.h>
 
 #define TICK_MS         10
+#define START_AGAIN_MS  250 /* an epoch start the disk refused, asked again */
 #define FETCH_IDLE_MS   0
 #define DEFAULT_LAG_MS  10000
 #define DEFAULT_WAIT_MS 500
@@ -241,8 +243,9 @@ struct part_s {
     uint64_t handed_at;
     uint32_t start_epoch;
     bool start_pending;
-    start_t *start_cur; /* the newest epoch-start record asked, until it completes */
-    start_t *starts;    /* every one asked and not completed (the close fails them) */
+    uint64_t start_after; /* loop ms: a start refused for space waits until then */
+    start_t *start_cur;   /* the newest epoch-start record asked, until it completes */
+    start_t *starts;      /* every one asked and not completed (the close fails them) */
 #ifdef TN_TEST
     bool test_gapped;    /* TERN_TEST_LEADER_GAP was applied */
     bool test_open_held; /* TERN_TEST_COPY_OPEN_HOLD holds its open (noticed) */
@@ -804,6 +807,14 @@ static void release_own(part_t *pt)
 static void leader_begin(part_t *pt);
 static void test_gap(part_t *pt);
 
+/* Ask for the epoch start again START_AGAIN_MS from now (the tick's
+ * leader_begin), after the disk refused it for space. */
+static void start_later(part_t *pt)
+{
+    pt->start_pending = true;
+    pt->start_after = now_ms(pt->rm) + START_AGAIN_MS;
+}
+
 static void on_start_done(tn_append_t *req, int status)
 {
     start_t *st = TN_CONTAINER_OF(req, start_t, req);
@@ -830,14 +841,21 @@ static void on_start_done(tn_append_t *req, int status)
                " began here before; serving waits for a newer epoch",
                pt->topic, pt->p, epoch);
     else if (status != 0 && status != TN_EFENCED)
-        TN_LOG(TN_LOG_WARN, "replica %s/%" PRIu32 ": epoch %" PRIu32 " start record: %s", pt->topic,
-               pt->p, epoch, tn_strerror(status));
+        TN_LOG_RL(TN_LOG_WARN, 10000,
+                  "replica %s/%" PRIu32 ": epoch %" PRIu32 " start record: %s%s", pt->topic, pt->p,
+                  epoch, tn_strerror(status), tn_io_nospace(status) ? "; trying again" : "");
     if (pt->dead || pt->rm->closing) {
         part_maybe_free(pt);
         return;
     }
     if (status == 0 && current)
         test_gap(pt);
+    /* A full disk failed the record alone (the log is not failed, and
+     * its epoch may be asked for again: plog.c epoch_prepare): the tick
+     * asks again, so the partition serves once space is freed. A newer
+     * epoch asked meanwhile made this one not current. */
+    if (tn_io_nospace(status) && current && pt->ready && pt->start_epoch == epoch)
+        start_later(pt);
     /* A newer epoch asked meanwhile has begun already (leader_begin does
      * not wait for an older record); this covers a leader_begin that
      * could not run then. */
@@ -850,7 +868,7 @@ static void leader_begin(part_t *pt)
      * just before a resignation waits for a hw that only this epoch's
      * start moves (case 07: led, resigned and led again within 8 ms after
      * all three nodes were killed, the partition never served again). */
-    if (!pt->start_pending || !pt->ready)
+    if (!pt->start_pending || !pt->ready || now_ms(pt->rm) < pt->start_after)
         return;
     start_t *st = tn_calloc(1, sizeof(*st));
     if (st == NULL) {
@@ -874,8 +892,14 @@ static void leader_begin(part_t *pt)
         pt->start_cur = NULL;
         pt->starts = st->next;
         tn_free(st);
-        TN_LOG(TN_LOG_ERROR, "replica %s/%" PRIu32 ": cannot begin epoch %" PRIu32 ": %s",
-               pt->topic, pt->p, pt->start_epoch, tn_strerror(rc));
+        /* The disk above its high watermark: asked again a moment
+         * later, as one that found the disk full. */
+        bool again = rc == TN_EDISKHIGH;
+        if (again)
+            start_later(pt);
+        TN_LOG_RL(TN_LOG_ERROR, 10000,
+                  "replica %s/%" PRIu32 ": cannot begin epoch %" PRIu32 ": %s%s", pt->topic, pt->p,
+                  pt->start_epoch, tn_strerror(rc), again ? "; trying again" : "");
     }
 }
 
@@ -1826,6 +1850,7 @@ static void run(part_t *pt, const tn_repl_event_t *ev)
         case TN_REPL_ACT_APPEND_EPOCH_START:
             pt->start_epoch = a->epoch;
             pt->start_pending = true;
+            pt->start_after = 0;
             if (pt->ready)
                 leader_begin(pt);
             else

@@ -20,9 +20,13 @@
  *      dropped dirty pages the kernel will not write again. The exceptions
  *      are writes that find the disk full (tn_io_nospace) before anything
  *      synced them: a plain publish's records (cut off again,
- *      flush_failed) and a roll's sidecar or next segment file (the old
- *      segment stays the active one, roll_failed). Those fail the round's
- *      requests alone, and a later round writes again.
+ *      flush_failed), a new leader's epoch-start record (when it is the
+ *      first of its write: its epoch stays at the log end with no record,
+ *      and begin_epoch may ask for that epoch again), the epochs file
+ *      saved for it (its epoch taken back), and a roll's sidecar or next
+ *      segment file (the old segment stays the active one, roll_failed).
+ *      Those fail the round's requests alone, and a later round writes
+ *      again.
  *   6. A record's sync_mark is the segment length covered by an fdatasync
  *      when the record was written; recovery trusts it to tell a torn tail
  *      from damage (segment.c).
@@ -1351,22 +1355,35 @@ static void fail_from(tn_append_t *from, int err)
     }
 }
 
-/* A flush of the requests from group on into seg failed with rc: they all
- * fail with it. A full disk (ENOSPC, EDQUOT) leaves the log as it was when
- * those requests are publishes or a follower's copies of its leader's
- * records (no epoch change of this log's own): the bytes past the
- * segment's end are cut off, the offsets given back, and the next round
- * tries again, so writes resume once space is freed (a follower fetches
- * the same records again). The epochs a copy assigned stay, at the log
- * end with no record (as between a save and the records it covers); the
- * copy fetched again assigns them again. Anything else, or a cut that
- * fails, is sticky. */
-static void flush_failed(tn_plog_t *plog, tn_seg_t *seg, tn_append_t *group, int rc)
+/* A flush of the requests from group to end (exclusive; NULL: the chain's
+ * end) into seg failed with rc: they all fail with it, and so do the
+ * requests after them. A full disk (ENOSPC, EDQUOT) leaves the log as it
+ * was when those requests are publishes, a follower's copies of its
+ * leader's records, or a new leader's epoch start that is the flush's
+ * first record: the bytes past the segment's end are cut off, the offsets
+ * given back, and the next round tries again, so writes resume once space
+ * is freed (a follower fetches the same records again). The epochs a copy
+ * assigned stay, at the log end with no record (as between a save and the
+ * records it covers); the copy fetched again assigns them again. So does
+ * the epoch of such a start, and begin_epoch may ask for that epoch again
+ * (epoch_unwritten). An epoch start after other records of the flush
+ * (its epoch would begin past the log end the cut leaves), anything
+ * else, or a cut that fails, is sticky. */
+static void flush_failed(tn_plog_t *plog, tn_seg_t *seg, tn_append_t *group, tn_append_t *end,
+                         int rc)
 {
     bool plain = tn_io_nospace(rc);
-    for (tn_append_t *r = group; plain && r != NULL; r = r->pnext)
-        plain = r->kind != 2;
+    uint32_t unwritten = 0;
+    for (tn_append_t *r = group; plain && r != end; r = r->pnext) {
+        if (r->kind != 2 || r->s.status != 0)
+            continue;
+        /* Its epoch then begins where the cut leaves the log end. */
+        plain = r->first_offset == seg->base + seg->count;
+        unwritten = r->epoch;
+    }
     if (plain && tn_io_ftruncate(seg->fd, seg->size) == 0) {
+        if (unwritten != 0)
+            plog->epoch_unwritten = unwritten;
         seg->alloc = seg->size;
         plog->next_offset = seg->base + seg->count;
         atomic_store(&plog->nospace, rc);
@@ -1408,20 +1425,51 @@ static int save_epochs(tn_plog_t *plog)
     return rc != 0 ? save_failed(plog, rc) : save_done(plog);
 }
 
+/* Save the epochs file after assignments that changed the history from
+ * n0 entries, the last of them last0 before. A full disk fails the
+ * request alone, the assignments taken back (the file on disk is the
+ * one before them; the request asked again assigns them again). */
+static int save_assigned(tn_plog_t *plog, uint32_t n0, tn_epoch_entry_t last0)
+{
+    int rc = tn_epochs_save(&plog->epochs, plog->dir);
+    if (tn_io_nospace(rc)) {
+        uv_mutex_lock(&plog->lock);
+        plog->epochs.n = n0;
+        if (n0 > 0)
+            plog->epochs.entries[n0 - 1] = last0;
+        uv_mutex_unlock(&plog->lock);
+        return rc;
+    }
+    return rc != 0 ? save_failed(plog, rc) : save_done(plog);
+}
+
 /* tn_plog_begin_epoch: record the epoch at the log end, durably, before
- * its EPOCH_START record is written. */
+ * its EPOCH_START record is written. An epoch that began here before is
+ * refused (TN_ERANGE), but for the one whose start record this process
+ * could not write for space (epoch_unwritten): no record of its start
+ * exists, and what this log took since (the engine's publishes, gated)
+ * it took as that epoch's leader, so its start record goes at the log
+ * end now. */
 static int epoch_prepare(tn_plog_t *plog, tn_append_t *r)
 {
     bool changed = false;
     uv_mutex_lock(&plog->lock);
     uint32_t latest = tn_epochs_latest(&plog->epochs);
-    int rc = latest != TN_EPOCHS_UNDEFINED && r->epoch <= latest
-                 ? TN_ERANGE
-                 : tn_epochs_assign(&plog->epochs, r->epoch, plog->next_offset, &changed);
+    uint32_t n0 = plog->epochs.n;
+    tn_epoch_entry_t last0 = n0 > 0 ? plog->epochs.entries[n0 - 1] : (tn_epoch_entry_t){0, 0};
+    int rc = 0;
+    if (latest != TN_EPOCHS_UNDEFINED && r->epoch == latest && r->epoch == plog->epoch_unwritten &&
+        last0.start <= plog->next_offset)
+        rc = 0; /* assigned already; what was written since is this leader's */
+    else if (latest != TN_EPOCHS_UNDEFINED && r->epoch <= latest)
+        rc = TN_ERANGE;
+    else
+        rc = tn_epochs_assign(&plog->epochs, r->epoch, plog->next_offset, &changed);
     uv_mutex_unlock(&plog->lock);
     if (rc != 0)
         return rc;
-    return changed || !plog->epochs_used ? save_epochs(plog) : 0;
+    plog->epoch_unwritten = 0;
+    return changed || !plog->epochs_used ? save_assigned(plog, n0, last0) : 0;
 }
 
 /* tn_plog_append_raw: the offsets must continue the log; the batch's
@@ -1460,18 +1508,8 @@ static int raw_prepare(tn_plog_t *plog, tn_append_t *r)
     }
     if (rc != 0 || (!changed && plog->epochs_used))
         return rc;
-    /* A full disk fails this copy alone, its epochs taken back (the same
-     * copy fetched again assigns them again): nothing of it is written. */
-    rc = tn_epochs_save(&plog->epochs, plog->dir);
-    if (tn_io_nospace(rc)) {
-        uv_mutex_lock(&plog->lock);
-        plog->epochs.n = n0;
-        if (n0 > 0)
-            plog->epochs.entries[n0 - 1] = last0;
-        uv_mutex_unlock(&plog->lock);
-        return rc;
-    }
-    return rc != 0 ? save_failed(plog, rc) : save_done(plog);
+    /* A full disk fails this copy alone: nothing of it is written. */
+    return save_assigned(plog, n0, last0);
 }
 
 /* Write this round's appends of one log. */
@@ -1508,7 +1546,7 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
         if (pos > 0 && pos + r->s.bytes > seg_limit) {
             int rc = flush(plog, seg, wstart, pos, ls->iov, niov, ls->notes, nnotes);
             if (rc != 0) {
-                flush_failed(plog, seg, group, rc);
+                flush_failed(plog, seg, group, r, rc);
                 return;
             }
             if ((rc = roll(plog)) != 0) {
@@ -1588,7 +1626,7 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
     int rc = err != 0 ? err : flush(plog, seg, wstart, pos, ls->iov, niov, ls->notes, nnotes);
     if (rc != 0) {
         if (err == 0)
-            flush_failed(plog, seg, group, rc);
+            flush_failed(plog, seg, group, NULL, rc);
         else
             fail_from(group, rc);
     } else {

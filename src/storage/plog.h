@@ -268,6 +268,11 @@ struct tn_plog_s {
      * one. */
     tn_epochs_t epochs;
     bool epochs_used;
+    /* Committer thread: the epoch whose start record this process's
+     * begin_epoch could not write for space (the epoch assigned at the
+     * log end, no record of its start anywhere): begin_epoch may ask for
+     * it again, as it may not after a restart (epoch_prepare). 0: none. */
+    uint32_t epoch_unwritten;
     /* The open found the epochs file damaged (the log isolated for it:
      * tn_plog_epochs_damaged). */
     bool epochs_bad;

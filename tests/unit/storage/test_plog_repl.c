@@ -697,6 +697,64 @@ static void test_raw_copy_full_disk(void **state)
     expect_same(leader, follower);
 }
 
+/* A new leader's epoch start on a full disk: the epochs file's save, or
+ * the start record's write, fails that begin_epoch alone (the log not
+ * failed), and the same epoch asked again begins where the log ends, also
+ * after publishes the log took meanwhile. */
+static void test_begin_epoch_full_disk(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *pl = open_log(fx, "lead", 0);
+    assert_int_equal(begin_epoch(fx, pl, 2, NULL), 0);
+    append_n(fx, pl, 3);
+    tn_io_fail_write_after(0, UV_ENOSPC); /* the epochs file's temp file */
+    assert_int_equal(begin_epoch(fx, pl, 3, NULL), UV_ENOSPC);
+    tn_io_fail_write_after(-1, 0);
+    assert_int_equal(tn_plog_err(pl), 0);
+    uint32_t found;
+    uint64_t end;
+    assert_int_equal(tn_plog_epoch_end(pl, 3, &found, &end), 0);
+    assert_int_equal(found, 2);         /* 3 taken back */
+    tn_io_fail_write_after(1, -EDQUOT); /* the epochs file saved; the record's write */
+    assert_int_equal(begin_epoch(fx, pl, 3, NULL), -EDQUOT);
+    tn_io_fail_write_after(-1, 0);
+    assert_int_equal(tn_plog_err(pl), 0);
+    assert_int_equal(tn_plog_written_next(pl), 4);
+    uint64_t off;
+    assert_int_equal(begin_epoch(fx, pl, 3, &off), 0);
+    assert_int_equal(off, 4);
+    append_n(fx, pl, 2);
+    /* Again, with a publish taken between the failed start and the next. */
+    tn_io_fail_write_after(1, UV_ENOSPC);
+    assert_int_equal(begin_epoch(fx, pl, 4, NULL), UV_ENOSPC);
+    tn_io_fail_write_after(-1, 0);
+    append_n(fx, pl, 1);
+    assert_int_equal(begin_epoch(fx, pl, 4, &off), 0);
+    assert_int_equal(off, 8);
+    assert_int_equal(tn_plog_epoch_end(pl, 3, &found, &end), 0);
+    assert_int_equal(found, 3);
+    assert_int_equal(end, 7); /* epoch 4 from the publish on */
+    assert_int_equal(tn_plog_err(pl), 0);
+    tu_fx_reopen(fx);
+    pl = open_log(fx, "lead", 0);
+    assert_int_equal(tn_plog_err(pl), 0);
+    assert_int_equal(tn_plog_written_next(pl), 9);
+    assert_int_equal(tn_plog_epoch_end(pl, 3, &found, &end), 0);
+    assert_int_equal(end, 7);
+    /* Killed with an epoch unwritten: the open drops it (no record of
+     * it), as after a kill between the save and the record. */
+    tn_io_fail_write_after(2, UV_ENOSPC); /* after the epochs file and the zeros ahead */
+    assert_int_equal(begin_epoch(fx, pl, 5, NULL), UV_ENOSPC);
+    tn_io_fail_write_after(-1, 0);
+    tu_fx_reopen(fx);
+    pl = open_log(fx, "lead", 0);
+    assert_int_equal(tn_plog_epoch_end(pl, 5, &found, &end), 0);
+    assert_int_equal(found, 4);
+    assert_int_equal(begin_epoch(fx, pl, 4, NULL), TN_ERANGE); /* began here before */
+    assert_int_equal(begin_epoch(fx, pl, 5, &off), 0);
+    assert_int_equal(off, 9);
+}
+
 typedef struct {
     bool done;
     int status;
@@ -2871,6 +2929,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_retention_trims_epochs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_raw_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_raw_copy_full_disk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_begin_epoch_full_disk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_raw_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_divergence_inside_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate, setup, teardown),
