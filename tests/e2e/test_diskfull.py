@@ -52,6 +52,42 @@ def mount_small_fs(mnt, image):
     return None
 
 
+def fill_disk(mnt):
+    """Takes every block still free on mnt with files of its own (filler*).
+    ext4 frees the blocks of a cut file only once its journal commits:
+    after each pass a sync, and another pass takes what that freed.
+    The last blocks go to small files: growing the big one can need a
+    block for its extent tree as well, which a small new file (a
+    sidecar index) does not."""
+    with open(os.path.join(mnt, "filler"), "wb", buffering=0) as f:
+        for _ in range(3):
+            try:
+                while True:
+                    f.write(b"\xee" * 4096)
+            except OSError:
+                pass
+            os.sync()
+    failed = 0
+    for i in range(64):
+        try:
+            with open(os.path.join(mnt, f"filler.{i}"), "wb") as f:
+                f.write(b"\xee" * 1024)
+                f.flush()
+                os.fsync(f.fileno())
+            failed = 0
+        except OSError:
+            failed += 1
+            if failed == 3:
+                break
+            os.sync()
+
+
+def free_filler(mnt):
+    for name in os.listdir(mnt):
+        if name.startswith("filler"):
+            os.unlink(os.path.join(mnt, name))
+
+
 def cpu_ticks(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -220,39 +256,11 @@ class DiskFull(unittest.TestCase):
         self.assertFalse(missing, f"lost by the restart: {sorted(missing)[:10]}")
 
     def fill_disk(self):
-        """Takes every block still free with files of its own (filler*).
-        ext4 frees the blocks of a cut file only once its journal commits:
-        after each pass a sync, and another pass takes what that freed.
-        The last blocks go to small files: growing the big one can need a
-        block for its extent tree as well, which a small new file (a
-        sidecar index) does not."""
-        with open(os.path.join(self.mnt, "filler"), "wb", buffering=0) as f:
-            for _ in range(3):
-                try:
-                    while True:
-                        f.write(b"\xee" * 4096)
-                except OSError:
-                    pass
-                os.sync()
-        failed = 0
-        for i in range(64):
-            try:
-                with open(os.path.join(self.mnt, f"filler.{i}"), "wb") as f:
-                    f.write(b"\xee" * 1024)
-                    f.flush()
-                    os.fsync(f.fileno())
-                failed = 0
-            except OSError:
-                failed += 1
-                if failed == 3:
-                    break
-                os.sync()
+        fill_disk(self.mnt)
         self.assertEqual(os.statvfs(self.mnt).f_bavail, 0)
 
     def free_filler(self):
-        for name in os.listdir(self.mnt):
-            if name.startswith("filler"):
-                os.unlink(os.path.join(self.mnt, name))
+        free_filler(self.mnt)
 
     def test_a_roll_on_a_full_disk(self):
         """A publish that needs a new segment on a full disk (the sidecar
