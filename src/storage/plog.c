@@ -24,7 +24,8 @@
  *      first of its write: its epoch stays at the log end with no record,
  *      and begin_epoch may ask for that epoch again), the epochs file
  *      saved for it (its epoch taken back), and a roll's sidecar or next
- *      segment file (the old segment stays the active one, roll_failed).
+ *      segment file, also refused for want of a descriptor (EMFILE,
+ *      ENFILE; the old segment stays the active one, roll_failed).
  *      Those fail the round's requests alone, and a later round writes
  *      again.
  *   6. A record's sync_mark is the segment length covered by an fdatasync
@@ -1278,6 +1279,15 @@ static void advance_durable(tn_plog_t *plog, uint64_t next)
  * not sticky (roll_failed): the segment stays the active one, whose
  * sidecar nothing reads (recovery scans the last segment; a stale one
  * left by a roll that failed later is replaced by the next seal). */
+/* A roll's file that could not be made for space, or for want of a
+ * descriptor (EMFILE, ENFILE: the descriptor gate's reserve spent by
+ * something else): nothing was made, so the roll fails alone
+ * (roll_failed) and the next round tries again. */
+static bool roll_refusable(int rc)
+{
+    return tn_io_nospace(rc) || rc == UV_EMFILE || rc == UV_ENFILE;
+}
+
 static int seal_active(tn_plog_t *plog)
 {
     tn_seg_t *old = active_seg(plog);
@@ -1291,19 +1301,19 @@ static int seal_active(tn_plog_t *plog)
     old->synced = old->size;
     advance_durable(plog, old->base + old->count);
     rc = tn_seg_index_write(old, plog->dir);
-    if (rc != 0 && !tn_io_nospace(rc))
+    if (rc != 0 && !roll_refusable(rc))
         set_sticky(plog, rc, "writing the index of segment %" PRIu64, old->base);
     return rc;
 }
 
 /* Create the segment at base and make it the active one. A create
- * refused for space is not sticky (roll_failed). */
+ * refused for space or a descriptor is not sticky (roll_failed). */
 static int start_segment(tn_plog_t *plog, uint64_t base)
 {
     tn_seg_t *seg;
     int rc = create_segment(plog, base, &seg);
     if (rc != 0) {
-        if (!tn_io_nospace(rc))
+        if (!roll_refusable(rc))
             set_sticky(plog, rc, "creating segment %" PRIu64, base);
         return rc;
     }
@@ -1340,9 +1350,10 @@ static void roll_failed(tn_plog_t *plog, int rc)
 {
     atomic_store(&plog->nospace, rc);
     TN_LOG_RL(TN_LOG_ERROR, 60000,
-              "partition %s/%u: starting a segment after %" PRIu64
-              ": %s; publishes to it fail until space is freed",
-              plog->topic, plog->partition, active_seg(plog)->base, tn_strerror(rc));
+              "partition %s/%u: starting a segment after %" PRIu64 ": %s; publishes to it fail "
+              "until %s",
+              plog->topic, plog->partition, active_seg(plog)->base, tn_strerror(rc),
+              tn_io_nospace(rc) ? "space is freed" : "a descriptor is free");
 }
 
 /* Fail every request from `from` to the end of the log's round chain

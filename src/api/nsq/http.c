@@ -15,6 +15,7 @@
 #include "cluster/replerr.h"
 #include "proto/http/json.h"
 #include "proto/nsq/codec.h"
+#include "storage/io.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -119,8 +120,9 @@ static void part_failure(tn_topic_t *t, uint32_t p, void *arg)
     if (f->n++ == 0)
         snprintf(f->first, sizeof(f->first), "partition %s/%" PRIu32 ": %s; %s", t->name, p,
                  tn_strerror(err != 0 ? err : full),
-                 err != 0 ? "it refuses writes until restart"
-                          : "publishes to it fail until space is freed");
+                 err != 0              ? "it refuses writes until restart"
+                 : tn_io_nospace(full) ? "publishes to it fail until space is freed"
+                                       : "publishes to it fail until a descriptor is free");
 }
 
 /* nsqd's health (its GetHealth): "OK", or "NOK - <error>" while writes to

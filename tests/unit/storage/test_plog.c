@@ -528,7 +528,8 @@ static uint64_t roll_point(fx_t *fx)
 }
 
 /* A roll that finds the disk full (the sealed segment's sidecar, or the
- * next segment's file, cannot be written) fails that append alone: the
+ * next segment's file, cannot be written), or no descriptor for one of
+ * them (EMFILE, ENFILE), fails that append alone: the
  * old segment stays the active one, and the next round rolls. An fsync
  * that fails at the seal stays sticky. */
 static void test_full_disk_roll_is_not_sticky(void **state)
@@ -541,13 +542,18 @@ static void test_full_disk_roll_is_not_sticky(void **state)
     snprintf(dir, sizeof(dir), "%s/topics/t/0", fx->dir);
     size_t len = tu_body(k, body, sizeof(body));
     /* 1. The sidecar's write; 2. the next segment's create (after the
-     * sidecar's); 3. a quota, at the sidecar. */
-    for (int step = 1; step <= 3; step++) {
-        if (step == 2)
-            tn_io_fail_create_after(1, UV_ENOSPC);
+     * sidecar's); 3. a quota, at the sidecar; 4. no descriptor left for
+     * the sidecar's temporary file; 5. nor in the system for the next
+     * segment's. */
+    const int wants[] = {0, UV_ENOSPC, UV_ENOSPC, -EDQUOT, UV_EMFILE, UV_ENFILE};
+    for (int step = 1; step <= 5; step++) {
+        int want = wants[step];
+        if (step == 2 || step == 5)
+            tn_io_fail_create_after(1, want);
+        else if (step == 4)
+            tn_io_fail_create_after(0, want);
         else
-            tn_io_fail_write_after(0, step == 1 ? UV_ENOSPC : -EDQUOT);
-        int want = step == 3 ? -EDQUOT : UV_ENOSPC;
+            tn_io_fail_write_after(0, want);
         assert_int_equal(tu_append(&fx->loop, plog, body, len, NULL), want);
         tn_io_fail_write_after(-1, 0);
         tn_io_fail_create_after(-1, 0);
