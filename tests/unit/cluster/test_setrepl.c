@@ -535,6 +535,14 @@ static void on_cl_closed(tn_chanlog_t *cl)
     *(bool *)cl->data = true;
 }
 
+/* Promote the follower's copy of orders/1: its channel logs close. */
+static void release_orders(ffx_t *f)
+{
+    released_flag = false;
+    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
+    tu_run_until(&f->loop, &released_flag);
+}
+
 /* Read the follower's channel log back (after a release closed it). */
 static void read_back(ffx_t *f, tn_cursor_t *cur)
 {
@@ -577,9 +585,7 @@ static void test_follower_writes(void **state)
     assert_int_equal(st.served_records, 4);
 
     /* Promotion: the log closes, then the callback; 421 from then on. */
-    released_flag = false;
-    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
-    tu_run_until(&f->loop, &released_flag);
+    release_orders(f);
     tn_setrepl_stats(f->s, &st);
     assert_int_equal(st.followed, 0);
     assert_int_equal(push(f, 3, 77, 5, a, 1, &r), 421);
@@ -601,9 +607,7 @@ static void test_follower_writes(void **state)
     tn_setrepl_pstate_changed(f->s, "orders", 1, &script_ps);
     tn_walrec_t c[1] = {{.op = TN_WAL_FIN, .offset = 2}};
     assert_int_equal(push(f, 4, 91, 1, c, 1, &r), 204);
-    released_flag = false;
-    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
-    tu_run_until(&f->loop, &released_flag);
+    release_orders(f);
     read_back(f, &cur);
     assert_int_equal(cur.frontier, 4);
     tn_cursor_fini(&cur);
@@ -634,9 +638,7 @@ static void test_follower_full_disk(void **state)
     tn_setrepl_stats_t st;
     tn_setrepl_stats(f->s, &st);
     assert_int_equal(st.followed, 1);
-    released_flag = false;
-    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
-    tu_run_until(&f->loop, &released_flag);
+    release_orders(f);
     tn_cursor_t cur;
     read_back(f, &cur);
     assert_int_equal(cur.frontier, 2);
@@ -662,9 +664,7 @@ static void test_follower_base_frontier(void **state)
     tn_walrec_t b[1] = {{.op = TN_WAL_FIN, .offset = 501}};
     assert_int_equal(push(f, 3, 6, 1, b, 1, &r), 204);
     push_base = 0;
-    released_flag = false;
-    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
-    tu_run_until(&f->loop, &released_flag);
+    release_orders(f);
     tn_cursor_t cur;
     read_back(f, &cur);
     assert_int_equal(cur.frontier, 503);
@@ -723,9 +723,7 @@ static void test_follower_snapshot(void **state)
     assert_int_equal(snap(f, 3, 40, 5, 77, &c, &r), 421);
     script_ps.leader = 2;
 
-    released_flag = false;
-    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
-    tu_run_until(&f->loop, &released_flag);
+    release_orders(f);
     tn_cursor_t cur;
     read_back(f, &cur);
     assert_int_equal(cur.frontier, 10);
@@ -769,9 +767,7 @@ static void test_follower_waits_for_its_copy(void **state)
     copy_open = true;
     assert_int_equal(snap(f, 3, 40, 5, 0, &c, &r), 204);
     assert_int_equal(push(f, 3, 40, 6, next, 1, &r), 204);
-    released_flag = false;
-    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
-    tu_run_until(&f->loop, &released_flag);
+    release_orders(f);
     tn_cursor_t cur;
     read_back(f, &cur);
     assert_int_equal(cur.frontier, 10);
@@ -806,9 +802,7 @@ static void test_follower_refuses_another_incarnation(void **state)
     tn_setrepl_stats(f->s, &st);
     assert_int_equal(st.served_records, 2);
 
-    released_flag = false;
-    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
-    tu_run_until(&f->loop, &released_flag);
+    release_orders(f);
     tn_cursor_t cur;
     read_back(f, &cur);
     assert_false(tn_cursor_is_settled(&cur, 3));
