@@ -126,9 +126,10 @@
  * the call is answered 507, and the leader's retry writes them once
  * there is room, with no restart. Meanwhile the follower confirms
  * nothing: while it is in the committed ISR settles wait for it as in
- * any failed call, until the leader shrinks it out (its record copies
- * lag too: the disk is the same), and it comes back through the gate
- * (step 9) with a snapshot once space returns. Leases and in-flight deliveries
+ * any failed call, until the leader shrinks it out for its record
+ * copies' lag (the same disk fails them once a publish comes; nothing
+ * shrinks a follower whose channel logs alone fail), and it comes back
+ * through the gate (step 9) with a snapshot once space returns. Leases and in-flight deliveries
  * stay on the leader: after a failover the new leader delivers again
  * every message whose FIN was not confirmed.
  *
