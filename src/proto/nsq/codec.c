@@ -170,6 +170,15 @@ static const struct {
     {"NOP", TN_NSQ_NOP, 1, false},          {"CLS", TN_NSQ_CLS, 1, false},
 };
 
+const char *tn_nsq_op_name(tn_nsq_op_t op)
+{
+    for (size_t i = 0; i < TN_ARRAY_SIZE(commands); i++) {
+        if (commands[i].op == op)
+            return commands[i].name;
+    }
+    return "";
+}
+
 static int check_mpub(tn_nsq_cmd_t *cmd, const tn_nsq_limits_t *lim)
 {
     const char *p = cmd->body.base;
@@ -277,6 +286,10 @@ int tn_nsq_parse(const char *buf, size_t len, const tn_nsq_limits_t *lim, tn_nsq
                         : "parameters");
 
     switch (cmd->op) {
+    case TN_NSQ_AUTH:
+        if (np != 1) /* nsqd's check, before the body */
+            return fail(cmd, TN_NSQ_E_INVALID, "AUTH invalid number of parameters");
+        break;
     case TN_NSQ_SUB:
         cmd->topic = params[1];
         cmd->channel = params[2];

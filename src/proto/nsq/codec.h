@@ -71,7 +71,6 @@ typedef enum {
     X(AUTH_DISABLED, true)                                                                         \
     X(SUB_FAILED, true)                                                                            \
     X(IDENTIFY_FAILED, true)                                                                       \
-    X(TLS_REQUIRED, true)                                                                          \
     X(BAD_PROTOCOL, true)                                                                          \
     X(THROTTLED, false)
 
@@ -84,6 +83,8 @@ typedef enum {
 
 /* "E_INVALID" and so on; "" for TN_NSQ_E_NONE. */
 const char *tn_nsq_err_code(tn_nsq_err_t err);
+/* "IDENTIFY", "PUB" and so on: the command's name on the wire. */
+const char *tn_nsq_op_name(tn_nsq_op_t op);
 /* Whether the connection closes after this error. */
 bool tn_nsq_err_fatal(tn_nsq_err_t err);
 
@@ -136,7 +137,9 @@ typedef struct {
  * cmd->need), or TN_EPROTO (cmd->err and cmd->errmsg say why; the bytes
  * cannot be resynchronised, so a fatal error ends the connection). Checks
  * syntax, names, numbers and sizes; state rules (SUB before RDY, ...) are
- * the connection's. */
+ * the connection's, and nsqd checks them first: on TN_EPROTO cmd->op is
+ * set (0 for an unknown command) so the caller can answer the state's
+ * error instead. */
 int tn_nsq_parse(const char *buf, size_t len, const tn_nsq_limits_t *lim, tn_nsq_cmd_t *cmd,
                  size_t *consumed);
 

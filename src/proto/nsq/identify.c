@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <yajl/yajl_parse.h>
 
 enum { F_NONE, F_INT, F_BOOL, F_STR };
@@ -102,6 +103,10 @@ static int value(ctx_t *x, int type, long long i, int b, const unsigned char *s,
         x->bad_type = true;
         return 0;
     }
+    if (x->field == I_SAMPLE && (i < INT32_MIN || i > INT32_MAX)) {
+        x->bad_type = true; /* nsqd's sample_rate is an int32: Go will not fit it */
+        return 0;
+    }
     char *p = (char *)&x->raw + f->off;
     if (type == F_INT) {
         *(int64_t *)p = i;
@@ -163,8 +168,11 @@ static int on_map_key(void *c, const unsigned char *k, size_t n)
     if (x->depth != 1)
         return 1;
     x->field = -1;
+    /* Go's encoding/json matches a key to a field ignoring case
+     * ("Heartbeat_Interval" sets heartbeat_interval); ASCII case here,
+     * which is all the field names hold. */
     for (size_t i = 0; i < NFIELDS; i++) {
-        if (strlen(fields[i].key) == n && memcmp(fields[i].key, k, n) == 0) {
+        if (strlen(fields[i].key) == n && strncasecmp(fields[i].key, (const char *)k, n) == 0) {
             x->field = (int)i;
             break;
         }
@@ -319,14 +327,14 @@ int tn_nsq_identify(const char *body, size_t len, const tn_nsq_server_opts_t *sr
             return bad(err, msg, msglen, TN_NSQ_E_BAD_BODY,
                        "IDENTIFY msg timeout (%lld) is invalid", (long long)v);
     }
-    if (x.present[I_FEAT])
-        n.feature_negotiation = r->feature_negotiation;
-    if (x.present[I_TLS])
-        n.tls_v1 = srv->tls_available && r->tls_v1;
-    if (x.present[I_DEFLATE])
-        n.deflate = srv->deflate_enabled && r->deflate;
-    if (x.present[I_SNAPPY])
-        n.snappy = srv->snappy_enabled && r->snappy;
+    /* What this IDENTIFY negotiates, nothing of an earlier one's: as in
+     * nsqd, without feature_negotiation the answer is "OK" and nothing is
+     * upgraded (nor are snappy and deflate together an error). */
+    n.feature_negotiation = r->feature_negotiation;
+    bool fn = n.feature_negotiation;
+    n.tls_v1 = fn && srv->tls_available && r->tls_v1;
+    n.deflate = fn && srv->deflate_enabled && r->deflate;
+    n.snappy = fn && srv->snappy_enabled && r->snappy;
     if (n.deflate && n.snappy)
         return bad(err, msg, msglen, TN_NSQ_E_IDENTIFY_FAILED,
                    "cannot enable both deflate and snappy compression");

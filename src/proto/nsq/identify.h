@@ -12,7 +12,10 @@
  * disables heartbeats / output buffering / the buffer timeout, anything
  * else must be in range or IDENTIFY fails with nsqd's text, e.g.
  * `heartbeat interval (100) is invalid`. A client may IDENTIFY more than
- * once before SUB; each applies on top of the previous.
+ * once before SUB; each applies its settings on top of the previous, but
+ * feature_negotiation, tls_v1, snappy, deflate and deflate_level are each
+ * IDENTIFY's own, and without feature_negotiation none of the last four
+ * is granted (nsqd answers such an IDENTIFY "OK" and upgrades nothing).
  *
  * Thread safety: pure functions; any thread. */
 #ifndef TN_PROTO_NSQ_IDENTIFY_H

@@ -773,23 +773,28 @@ static void start_tls(conn_t *c)
 
 static void handle_identify(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
 {
-    if (c->subscribed) {
-        send_error(c, TN_NSQ_E_INVALID, "cannot IDENTIFY in current state");
-        return;
-    }
-    if (c->snappy || c->deflate) {
-        send_error(c, TN_NSQ_E_INVALID, "IDENTIFY compression already negotiated");
-        return;
-    }
     int err = 0;
     char msg[256];
-    int rc = tn_nsq_identify(cmd->body.base, cmd->body.len, &c->srv->opts.srv, &c->opts, &err, msg,
+    tn_nsq_client_opts_t n = c->opts;
+    int rc = tn_nsq_identify(cmd->body.base, cmd->body.len, &c->srv->opts.srv, &n, &err, msg,
                              sizeof(msg));
     if (rc != 0) {
         send_error(c, rc == TN_EPROTO ? (tn_nsq_err_t)err : TN_NSQ_E_IDENTIFY_FAILED,
                    rc == TN_EPROTO ? msg : "IDENTIFY failed: out of memory");
         return;
     }
+    /* A second IDENTIFY may come (nsqd's rule), but one asking again for
+     * an upgrade already made is refused: nsqd would wrap the stream a
+     * second time, which no client means. */
+    if ((n.snappy || n.deflate) && (c->snappy || c->deflate)) {
+        send_error(c, TN_NSQ_E_INVALID, "IDENTIFY compression already negotiated");
+        return;
+    }
+    if (n.tls_v1 && c->tls != NULL) {
+        send_error(c, TN_NSQ_E_INVALID, "IDENTIFY TLS already negotiated");
+        return;
+    }
+    c->opts = n;
     tn_buf_consume(&c->in, consumed);
     if (c->opts.feature_negotiation) {
         tn_buf_t body;
@@ -820,10 +825,13 @@ static void settle_failed(conn_t *c, tn_nsq_err_t e, const char *name, const tn_
     /* A replicated partition refusing for now (cluster/replerr.h) says so
      * in the words every door uses; E_*_FAILED keeps the connection. */
     const char *why = tn_replerr_text(rc);
+    /* nsqd's words (channel.go popInFlightMessage); UV_ESRCH is a lease
+     * of another consumer, the NSQ door checking no nonce. */
     snprintf(text, sizeof(text), "%s %.*s failed %s", name, (int)cmd->id.len, cmd->id.base,
-             why != NULL                                               ? why
-             : rc == TN_ENOTFOUND || rc == UV_ESRCH || rc == UV_EINVAL ? "ID not in flight"
-                                                                       : tn_strerror(rc));
+             why != NULL                             ? why
+             : rc == UV_ESRCH                        ? "client does not own message"
+             : rc == TN_ENOTFOUND || rc == UV_EINVAL ? "ID not in flight"
+                                                     : tn_strerror(rc));
     send_error(c, e, text);
 }
 
@@ -925,11 +933,8 @@ static void start_auth(conn_t *c)
 static void handle_auth(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
 {
     tn_buf_consume(&c->in, consumed);
-    /* In nsqd's order: the state, then a second AUTH, then no server. */
-    if (c->subscribed) {
-        send_error(c, TN_NSQ_E_INVALID, "cannot AUTH in current state");
-        return;
-    }
+    /* In nsqd's order: the state (refusal), then a second AUTH, then no
+     * server. */
     if (c->authz != NULL || c->secret != NULL) {
         send_error(c, TN_NSQ_E_INVALID, "AUTH already set");
         return;
@@ -1149,6 +1154,49 @@ static bool answers(tn_nsq_op_t op)
     }
 }
 
+/* What nsqd checks of a command before its arguments (protocol_v2.go:
+ * enforceTLSPolicy for all but IDENTIFY, then the command's state): the
+ * error to answer (its words into text), or TN_NSQ_E_NONE. A command
+ * whose arguments are also wrong gets this error, as from nsqd. */
+static tn_nsq_err_t refusal(const conn_t *c, tn_nsq_op_t op, char *text, size_t len)
+{
+    const char *name = tn_nsq_op_name(op);
+    bool refused;
+    if (c->srv->opts.tls_required && c->tls == NULL && op != TN_NSQ_IDENTIFY) {
+        snprintf(text, len, "cannot %s in current state (TLS required)", name);
+        return TN_NSQ_E_INVALID;
+    }
+    switch (op) {
+    case TN_NSQ_IDENTIFY:
+    case TN_NSQ_AUTH:
+        refused = c->subscribed;
+        break;
+    case TN_NSQ_SUB:
+        if (!c->subscribed && c->opts.heartbeat_ms <= 0) {
+            snprintf(text, len, "cannot SUB with heartbeats disabled");
+            return TN_NSQ_E_INVALID;
+        }
+        refused = c->subscribed;
+        break;
+    case TN_NSQ_RDY: /* after CLS, ignored (process, handle) */
+    case TN_NSQ_FIN: /* FIN, REQ and TOUCH still work after CLS */
+    case TN_NSQ_REQ:
+    case TN_NSQ_TOUCH:
+        refused = !c->subscribed;
+        break;
+    case TN_NSQ_CLS:
+        refused = !c->subscribed || c->cls;
+        break;
+    default:
+        refused = false;
+        break;
+    }
+    if (!refused)
+        return TN_NSQ_E_NONE;
+    snprintf(text, len, "cannot %s in current state", name);
+    return TN_NSQ_E_INVALID;
+}
+
 /* Handle one command. Returns false when the connection must stop
  * processing (closed, blocked); *consume says whether the bytes are used
  * up (IDENTIFY consumes them itself, before switching compression). */
@@ -1157,10 +1205,10 @@ static bool handle(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
     uint32_t part;
     uint64_t off;
     int rc;
-    if (c->srv->opts.tls_required && c->tls == NULL && cmd->op != TN_NSQ_IDENTIFY &&
-        cmd->op != TN_NSQ_NOP) {
-        send_error(c, TN_NSQ_E_TLS_REQUIRED,
-                   "TLS is required: IDENTIFY with tls_v1 true before any other command");
+    char text[96];
+    tn_nsq_err_t refused = refusal(c, cmd->op, text, sizeof(text));
+    if (refused != TN_NSQ_E_NONE) {
+        send_error(c, refused, text);
         return false;
     }
     if (cmd->op == TN_NSQ_SUB || cmd->op == TN_NSQ_PUB || cmd->op == TN_NSQ_MPUB ||
@@ -1179,14 +1227,6 @@ static bool handle(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
         handle_auth(c, cmd, consumed);
         return !c->blocked && c->state != ST_CLOSED && !c->close_after_write;
     case TN_NSQ_SUB:
-        if (c->subscribed) {
-            send_error(c, TN_NSQ_E_INVALID, "cannot SUB in current state");
-            break;
-        }
-        if (c->opts.heartbeat_ms <= 0) {
-            send_error(c, TN_NSQ_E_INVALID, "cannot SUB with heartbeats disabled");
-            break;
-        }
         snprintf(c->sub_topic, sizeof(c->sub_topic), "%.*s", (int)cmd->topic.len, cmd->topic.base);
         snprintf(c->sub_channel, sizeof(c->sub_channel), "%.*s", (int)cmd->channel.len,
                  cmd->channel.base);
@@ -1204,10 +1244,8 @@ static bool handle(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
             handle_publish(c, cmd);
         break;
     case TN_NSQ_RDY:
-        if (!c->subscribed) {
-            send_error(c, TN_NSQ_E_INVALID, "cannot RDY in current state");
-            break;
-        }
+        if (c->cls)
+            break; /* nsqd ignores RDY once CLS was sent */
         c->rdy = (uint32_t)cmd->num;
         /* Kept for release_held while deliveries are held (and 0 in force
          * after CLS or during a drain, which holds every consumer). */
@@ -1217,13 +1255,7 @@ static bool handle(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
     case TN_NSQ_FIN:
     case TN_NSQ_REQ:
     case TN_NSQ_TOUCH: {
-        const char *name = cmd->op == TN_NSQ_FIN ? "FIN" : cmd->op == TN_NSQ_REQ ? "REQ" : "TOUCH";
-        if (!c->subscribed) {
-            char text[64];
-            snprintf(text, sizeof(text), "cannot %s in current state", name);
-            send_error(c, TN_NSQ_E_INVALID, text);
-            break;
-        }
+        const char *name = tn_nsq_op_name(cmd->op);
         if (tn_nsq_id_decode(cmd->id.base, cmd->id.len, &part, &off) != 0) {
             /* nsqd checks only an ID's length: 16 bytes that are not one
              * of its IDs are simply not in flight (the connection stays). */
@@ -1255,10 +1287,6 @@ static bool handle(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
     case TN_NSQ_NOP:
         break;
     case TN_NSQ_CLS:
-        if (!c->subscribed || c->cls) {
-            send_error(c, TN_NSQ_E_INVALID, "cannot CLS in current state");
-            break;
-        }
         c->cls = true;
         tn_consumer_credit(&c->consumer, 0);
         respond(c, "CLOSE_WAIT");
@@ -1276,6 +1304,24 @@ static void decode_more(conn_t *c)
     c->decode_more = more;
     if (rc != 0)
         send_error(c, TN_NSQ_E_BAD_BODY, "invalid compressed stream");
+}
+
+/* A command that did not parse: nsqd's state checks come first (a RDY
+ * after CLS is ignored, whatever its count), then the parser's error. */
+static void parse_failed(conn_t *c, const tn_nsq_cmd_t *cmd)
+{
+    const char *line = tn_buf_data(&c->in);
+    const char *nl = memchr(line, '\n', tn_buf_size(&c->in));
+    if (cmd->op == TN_NSQ_RDY && c->cls && nl != NULL) {
+        tn_buf_consume(&c->in, (size_t)(nl - line) + 1);
+        return;
+    }
+    char text[96];
+    tn_nsq_err_t refused = cmd->op != 0 ? refusal(c, cmd->op, text, sizeof(text)) : TN_NSQ_E_NONE;
+    if (refused != TN_NSQ_E_NONE)
+        send_error(c, refused, text);
+    else
+        send_error(c, cmd->err, cmd->errmsg);
 }
 
 static void process(conn_t *c)
@@ -1313,8 +1359,10 @@ static void process(conn_t *c)
         if (rc != 0 && c->npending > 0)
             return; /* answer the publishes before the error */
         if (rc != 0) {
-            send_error(c, cmd.err, cmd.errmsg);
-            return;
+            parse_failed(c, &cmd);
+            if (c->state != ST_ACTIVE || c->close_after_write)
+                return;
+            continue; /* an ignored RDY */
         }
         if (answers(cmd.op) && c->npending > 0)
             return;

@@ -241,6 +241,8 @@ static void test_errors(void **state)
     expect_err(buf, n, TN_NSQ_E_BAD_BODY, "IDENTIFY invalid body size -1");
     n = build(buf, "AUTH\n", NULL, 5000);
     expect_err(buf, n, TN_NSQ_E_BAD_BODY, "AUTH body too big 5000 > 4096");
+    n = build(buf, "AUTH x\n", "s", 1); /* nsqd: no parameters, checked before the body */
+    expect_err(buf, n, TN_NSQ_E_INVALID, "AUTH invalid number of parameters");
 
     /* MPUB bodies. */
     int32_t blen = mpub_body(body, 2);
@@ -285,7 +287,8 @@ static void test_fatal_rules(void **state)
     assert_false(tn_nsq_err_fatal(TN_NSQ_E_REQ_FAILED));
     assert_false(tn_nsq_err_fatal(TN_NSQ_E_TOUCH_FAILED));
     assert_false(tn_nsq_err_fatal(TN_NSQ_E_THROTTLED));
-    assert_string_equal(tn_nsq_err_code(TN_NSQ_E_TLS_REQUIRED), "E_TLS_REQUIRED");
+    assert_string_equal(tn_nsq_err_code(TN_NSQ_E_AUTH_FIRST), "E_AUTH_FIRST");
+    assert_string_equal(tn_nsq_op_name(TN_NSQ_TOUCH), "TOUCH");
 }
 
 static void test_names_and_ids(void **state)

@@ -179,18 +179,41 @@ static void test_compression_and_tls(void **state)
     (void)state;
     tn_nsq_client_opts_t c;
     tn_nsq_client_defaults(&c, 60000);
-    ok("{\"deflate\":true,\"deflate_level\":9}", &c);
+    ok("{\"feature_negotiation\":true,\"deflate\":true,\"deflate_level\":9}", &c);
     assert_true(c.deflate);
     assert_int_equal(c.deflate_level, 6); /* capped at max_deflate_level */
     tn_nsq_client_defaults(&c, 60000);
-    ok("{\"deflate\":true,\"deflate_level\":3}", &c);
+    ok("{\"feature_negotiation\":true,\"deflate\":true,\"deflate_level\":3}", &c);
     assert_int_equal(c.deflate_level, 3);
+    /* Each IDENTIFY's own: the next one without deflate has none. */
+    ok("{\"feature_negotiation\":true}", &c);
+    assert_false(c.deflate);
+    assert_int_equal(c.deflate_level, 6);
     tn_nsq_client_defaults(&c, 60000);
-    ok("{\"snappy\":true,\"tls_v1\":true}", &c);
+    ok("{\"feature_negotiation\":true,\"snappy\":true,\"tls_v1\":true}", &c);
     assert_true(c.snappy);
     assert_false(c.tls_v1); /* no certificate configured */
-    bad("{\"deflate\":true,\"snappy\":true}", TN_NSQ_E_IDENTIFY_FAILED,
+    bad("{\"feature_negotiation\":true,\"deflate\":true,\"snappy\":true}", TN_NSQ_E_IDENTIFY_FAILED,
         "cannot enable both deflate and snappy compression");
+    /* Without feature_negotiation nsqd answers "OK" before it looks at
+     * them: nothing granted, both compressions no error. */
+    tn_nsq_client_defaults(&c, 60000);
+    ok("{\"deflate\":true,\"snappy\":true}", &c);
+    assert_false(c.deflate || c.snappy || c.feature_negotiation);
+}
+
+/* Go's encoding/json, which nsqd decodes with: keys match fields ignoring
+ * case, and sample_rate is an int32. */
+static void test_go_decoding(void **state)
+{
+    (void)state;
+    bad("{\"Heartbeat_Interval\":100}", TN_NSQ_E_BAD_BODY,
+        "IDENTIFY heartbeat interval (100) is invalid");
+    bad("{\"sample_rate\":4294967296}", TN_NSQ_E_BAD_BODY, "IDENTIFY failed to decode JSON body");
+    tn_nsq_client_opts_t c;
+    tn_nsq_client_defaults(&c, 60000);
+    ok("{\"SAMPLE_RATE\":7}", &c);
+    assert_int_equal(c.sample_rate, 7);
 }
 
 static void test_alloc_failures(void **state)
@@ -219,7 +242,8 @@ static void test_response(void **state)
     (void)state;
     tn_nsq_client_opts_t c;
     tn_nsq_client_defaults(&c, 60000);
-    ok("{\"deflate\":true,\"deflate_level\":2,\"sample_rate\":10}", &c);
+    ok("{\"feature_negotiation\":true,\"deflate\":true,\"deflate_level\":2,\"sample_rate\":10}",
+       &c);
     tn_buf_t b;
     tn_buf_init(&b);
     assert_int_equal(tn_nsq_identify_response(&c, &srv, "0.1.0", &b), 0);
@@ -249,13 +273,10 @@ static void test_response(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults_and_fields),
-        cmocka_unit_test(test_ranges_use_nsqd_texts),
-        cmocka_unit_test(test_decode_failures),
-        cmocka_unit_test(test_bounds),
-        cmocka_unit_test(test_compression_and_tls),
-        cmocka_unit_test(test_alloc_failures),
-        cmocka_unit_test(test_response),
+        cmocka_unit_test(test_defaults_and_fields), cmocka_unit_test(test_ranges_use_nsqd_texts),
+        cmocka_unit_test(test_decode_failures),     cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_compression_and_tls), cmocka_unit_test(test_go_decoding),
+        cmocka_unit_test(test_alloc_failures),      cmocka_unit_test(test_response),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
