@@ -788,7 +788,7 @@ int tn_consume_settle(tn_consume_t *cs, const char *topic, const char *channel, 
         if (how == TN_SETTLE_ACK)
             rc = tn_consumer_ack(&l->c, partition, offset, nonce);
         else if (how == TN_SETTLE_EXTEND)
-            rc = tn_consumer_touch(&l->c, partition, offset, true, nonce, visibility_ms);
+            rc = tn_consumer_touch(&l->c, partition, offset, true, nonce, visibility_ms, 0);
         else
             rc = tn_consumer_req(&l->c, partition, offset, true, nonce, 0);
         if (rc == TN_ENOTFOUND || rc == UV_ESRCH || rc == UV_EINVAL)

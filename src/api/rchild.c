@@ -238,7 +238,7 @@ static void keep_leased(part_t *p, size_t i, int64_t extra_ms)
             ms = wait + lease_ms();
     }
     if (r->attached)
-        (void)tn_consumer_touch(&r->c, p->partition, h->offset, true, h->nonce, ms);
+        (void)tn_consumer_touch(&r->c, p->partition, h->offset, true, h->nonce, ms, 0);
 }
 
 static void fail_part(part_t *p, tn_rc_class_t cls, int status, const char *why)

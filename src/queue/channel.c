@@ -1512,6 +1512,7 @@ static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
         return;
     }
     l->data = cp;
+    l->leased_ms = now_mono;
     b->inflight_bytes += bytes;
     b->inflight_msgs++;
     cp->ch->message_count++;
@@ -2199,14 +2200,17 @@ void tn_consumer_unhold(tn_consumer_t *c)
 }
 
 int tn_consumer_touch(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
-                      uint32_t nonce, int64_t timeout_ms)
+                      uint32_t nonce, int64_t timeout_ms, int64_t max_ms)
 {
     tn_chpart_t *cp;
     tn_lease_t *l;
     int rc = find_lease(c, partition, offset, check_nonce, nonce, &cp, &l);
     if (rc != 0)
         return rc;
-    tn_leases_touch(&cp->leases, l, lease_deadline(tn_now_mono_ms(), timeout_ms));
+    int64_t deadline = lease_deadline(tn_now_mono_ms(), timeout_ms);
+    if (max_ms > 0 && l->leased_ms >= 0)
+        deadline = TN_MIN(deadline, lease_deadline(l->leased_ms, max_ms));
+    tn_leases_touch(&cp->leases, l, deadline);
     tn__broker_rewake(cp);
     return 0;
 }

@@ -86,6 +86,7 @@ int tn_leases_add(tn_leases_t *ls, uint64_t offset, uint32_t attempts, uint32_t 
     l->offset = offset;
     l->attempts = attempts;
     l->bytes = bytes;
+    l->leased_ms = -1; /* the caller sets it for a delivery */
     int rc = tn_heap_insert(&ls->deadlines, &l->deadline, deadline_ms);
     if (rc == 0) {
         rc = tn_u64map_put(&ls->by_offset, offset, l);

@@ -37,6 +37,7 @@ struct tn_lease_s {
     uint32_t nonce;
     uint32_t attempts; /* deliveries so far, this one included */
     uint32_t bytes;
+    int64_t leased_ms; /* when it was delivered (monotonic ms); -1 unknown */
     tn_lease_owner_t *owner;
     tn_lease_t *owner_prev;
     tn_lease_t *owner_next;

@@ -931,9 +931,10 @@ void tn_consumer_unhold(tn_consumer_t *c);
 /* The dead-letter topic of ch into out (len at least TN_NAME_MAX + 1):
  * `<topic>.<channel>.DLQ`, or the hashed form (core/name.h). */
 void tn_channel_dlq_name(const tn_channel_t *ch, char *out, size_t len);
-/* Renew its lease for timeout_ms from now. */
+/* Renew its lease for timeout_ms from now, but (max_ms > 0) never past
+ * max_ms after its delivery: nsqd's TOUCH stops at --max-msg-timeout. */
 int tn_consumer_touch(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
-                      uint32_t nonce, int64_t timeout_ms);
+                      uint32_t nonce, int64_t timeout_ms, int64_t max_ms);
 
 /* The record at offset of partition p of a ready topic, for a replay
  * read that leases nothing: from the tail cache, or read from disk into it

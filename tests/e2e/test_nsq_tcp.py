@@ -89,6 +89,8 @@ class TLSRequired(TLSBase):
 class States(Base):
     """nsqd checks a command's state before its arguments."""
 
+    ARGS = ("--max-msg-timeout=2s",)
+
     def closes_with(self, c, line, text, body=None):
         c.cmd(line, body)
         self.assertEqual(c.read_frame(), (FRAME_ERROR, text.encode()))
@@ -134,6 +136,32 @@ class States(Base):
                                           "client does not own message".encode()))
         b.cmd("NOP")
         self.assertEqual(b.pub(t, b"y"), (FRAME_RESPONSE, b"OK"))  # not fatal
+
+    def test_touch_stops_at_max_msg_timeout(self):
+        # channel.go TouchMessage: a TOUCH never moves the timeout past
+        # delivery + --max-msg-timeout (2 s here).
+        t = fresh()
+        self.conn().pub(t, b"x")
+        c = self.consumer(t, "ch", rdy=5, msg_timeout=1000)
+        m = c.read_message()
+        start = time.monotonic()
+        c.sock.settimeout(0.3)
+        again = None
+        while time.monotonic() - start < 6 and again is None:
+            c.touch(m.id)
+            try:
+                while True:
+                    kind, data = c.read_frame()
+                    if kind == FRAME_MESSAGE:
+                        again = data
+                        break
+            except socket.timeout:
+                pass
+        c.sock.settimeout(10)
+        elapsed = time.monotonic() - start
+        self.assertIsNotNone(again, "touched past --max-msg-timeout, never redelivered")
+        self.assertGreater(elapsed, 1.8)
+        self.assertLess(elapsed, 3.5)
 
 
 class AuthStates(Base):

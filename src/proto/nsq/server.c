@@ -1278,7 +1278,8 @@ static bool handle(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
             if (rc != 0)
                 settle_failed(c, TN_NSQ_E_REQ_FAILED, name, cmd, rc);
         } else {
-            rc = tn_consumer_touch(&c->consumer, part, off, false, 0, c->opts.msg_timeout_ms);
+            rc = tn_consumer_touch(&c->consumer, part, off, false, 0, c->opts.msg_timeout_ms,
+                                   c->srv->opts.srv.max_msg_timeout_ms);
             if (rc != 0)
                 settle_failed(c, TN_NSQ_E_TOUCH_FAILED, name, cmd, rc);
         }
