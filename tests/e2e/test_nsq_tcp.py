@@ -124,19 +124,6 @@ class States(Base):
         self.closes_with(self.conn(), "AUTH x", "E_INVALID AUTH invalid number of parameters",
                          b"secret")
 
-    def test_fin_of_another_connections_message(self):
-        # channel.go popInFlightMessage: "client does not own message".
-        t = fresh()
-        self.conn().pub(t, b"x")
-        a = self.consumer(t, "ch")
-        m = a.read_message()
-        b = self.consumer(t, "ch")
-        b.fin(m.id)
-        self.assertEqual(b.read_frame(), (FRAME_ERROR, f"E_FIN_FAILED FIN {m.id} failed "
-                                          "client does not own message".encode()))
-        b.cmd("NOP")
-        self.assertEqual(b.pub(t, b"y"), (FRAME_RESPONSE, b"OK"))  # not fatal
-
     def test_touch_stops_at_max_msg_timeout(self):
         # channel.go TouchMessage: a TOUCH never moves the timeout past
         # delivery + --max-msg-timeout (2 s here).
