@@ -76,7 +76,9 @@ class TLSRequired(TLSBase):
     def test_commands_before_tls_are_e_invalid(self):
         # enforceTLSPolicy: every command but IDENTIFY, NOP included, is
         # "E_INVALID cannot <CMD> in current state (TLS required)"; fatal.
-        for line, body in ((f"PUB {fresh()}", b"x"), ("NOP", None), ("RDY 1", None)):
+        # An unknown command too: the TLS check comes before the command's.
+        for line, body in ((f"PUB {fresh()}", b"x"), ("NOP", None), ("RDY 1", None),
+                           ("BOGUS x", None)):
             c = self.conn()
             c.cmd(line, body)
             name = line.split()[0]
@@ -169,6 +171,14 @@ class AuthStates(Base):
         c.cmd(f"SUB {fresh()} ch")
         self.assertEqual(c.read_frame(),
                          (FRAME_ERROR, b"E_INVALID cannot SUB with heartbeats disabled"))
+        self.assertTrue(c.expect_closed())
+
+    def test_mpub_auth_before_body(self):
+        # MPUB calls CheckAuth before it reads its body (PUB and DPUB
+        # after): an MPUB before AUTH is E_AUTH_FIRST whatever its body.
+        c = self.conn()
+        c.cmd(f"MPUB {fresh()}", b"\0\0\0\0")
+        self.assertEqual(c.read_frame(), (FRAME_ERROR, b"E_AUTH_FIRST AUTH required before MPUB"))
         self.assertTrue(c.expect_closed())
 
 

@@ -1307,22 +1307,37 @@ static void decode_more(conn_t *c)
         send_error(c, TN_NSQ_E_BAD_BODY, "invalid compressed stream");
 }
 
-/* A command that did not parse: nsqd's state checks come first (a RDY
- * after CLS is ignored, whatever its count), then the parser's error. */
+/* A command that did not parse: nsqd's checks that come before the
+ * failing part go first (protocol_v2.go): the TLS policy, even for an
+ * unknown command; the state (a RDY after CLS is ignored, whatever its
+ * count); MPUB's AUTH, which nsqd checks before reading the body. Then
+ * the parser's error. */
 static void parse_failed(conn_t *c, const tn_nsq_cmd_t *cmd)
 {
     const char *line = tn_buf_data(&c->in);
     const char *nl = memchr(line, '\n', tn_buf_size(&c->in));
+    char text[128];
+    if (cmd->op == 0 && nl != NULL && c->srv->opts.tls_required && c->tls == NULL) {
+        size_t n = strcspn(line, " \r\n"); /* ends at nl at the latest */
+        snprintf(text, sizeof(text), "cannot %.*s in current state (TLS required)",
+                 (int)TN_MIN(n, (size_t)64), line);
+        send_error(c, TN_NSQ_E_INVALID, text);
+        return;
+    }
     if (cmd->op == TN_NSQ_RDY && c->cls && nl != NULL) {
         tn_buf_consume(&c->in, (size_t)(nl - line) + 1);
         return;
     }
-    char text[96];
     tn_nsq_err_t refused = cmd->op != 0 ? refusal(c, cmd->op, text, sizeof(text)) : TN_NSQ_E_NONE;
-    if (refused != TN_NSQ_E_NONE)
+    if (refused != TN_NSQ_E_NONE) {
         send_error(c, refused, text);
-    else
-        send_error(c, cmd->err, cmd->errmsg);
+        return;
+    }
+    if (cmd->op == TN_NSQ_MPUB &&
+        (cmd->err == TN_NSQ_E_BAD_BODY || cmd->err == TN_NSQ_E_BAD_MESSAGE) &&
+        auth_gate(c, cmd) != 1)
+        return; /* refused, or the grants are being renewed: parsed again after */
+    send_error(c, cmd->err, cmd->errmsg);
 }
 
 static void process(conn_t *c)
