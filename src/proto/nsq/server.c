@@ -1178,7 +1178,7 @@ static tn_nsq_err_t refusal(const conn_t *c, tn_nsq_op_t op, char *text, size_t 
         }
         refused = c->subscribed;
         break;
-    case TN_NSQ_RDY: /* after CLS, ignored (process, handle) */
+    case TN_NSQ_RDY: /* after CLS, ignored (parse_failed, handle) */
     case TN_NSQ_FIN: /* FIN, REQ and TOUCH still work after CLS */
     case TN_NSQ_REQ:
     case TN_NSQ_TOUCH:
