@@ -9,6 +9,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import shutil
 import socket
 import struct
@@ -605,6 +606,107 @@ class HTTP(AdminDaemon, unittest.TestCase):
         self.assertTrue(out.startswith(b"HTTP/1.1 400"), out)
         out = self.raw(b"GET /ping HTTP/1.10\r\nHost: a\r\n\r\n")
         self.assertTrue(out.startswith(b"HTTP/1.1 400"), out)
+
+    def answers(self, data, timeout=5):
+        """Send raw bytes; (the answers' status lines, all bytes read,
+        whether the server closed the connection within the timeout)."""
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        out, closed = b"", False
+        try:
+            s.sendall(data)
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    closed = True
+                    break
+                out += chunk
+        except socket.timeout:
+            pass
+        except ConnectionResetError:
+            closed = True
+        finally:
+            s.close()
+        return re.findall(rb"HTTP/1\.[01] [0-9]{3} [^\r\n]*", out), out, closed
+
+    def assert_refused(self, data, status=400, code=b"BAD_REQUEST"):
+        """One answer, status with code, then the connection closed."""
+        lines, out, closed = self.answers(data)
+        self.assertEqual(len(lines), 1, (data, out))
+        self.assertTrue(lines[0].startswith(b"HTTP/1.1 %d " % status), (data, out))
+        self.assertIn(code, out, data)
+        self.assertIn(b"Connection: close\r\n", out, data)
+        self.assertTrue(closed, data)
+
+    def test_chunked_framing_is_strict(self):
+        # RFC 9112 7.1: chunk-size [ BWS ";" chunk-ext ] CRLF, data CRLF,
+        # trailer fields, CRLF. Whatever another parser could read as other
+        # framing (a bare LF or CR, text after the size, an extension that is
+        # no token list, a trailer line that is no field) is refused, as the
+        # chunk sizes a front proxy and tern would read differently.
+        t = fresh()
+        head = (f"POST /pub?topic={t} HTTP/1.1\r\nHost: x\r\n"
+                f"Transfer-Encoding: chunked\r\n\r\n").encode()
+        for body in (b"5 6\r\nhello\r\n0\r\n\r\n",       # text after the size
+                     b"5\r5\r\nhello\r\n0\r\n\r\n",        # bare CR inside the size
+                     b"5\nhello\r\n0\r\n\r\n",            # bare LF after the size
+                     b"5;a\nhello\r\n0\r\n\r\n",          # ... after an extension
+                     b"5;a\rb\r\nhello\r\n0\r\n\r\n",     # bare CR in an extension
+                     b"5;a b\r\nhello\r\n0\r\n\r\n",       # an extension no token list
+                     b"5;\r\nhello\r\n0\r\n\r\n",          # an extension without a name
+                     b"5;a=\"b\r\nhello\r\n0\r\n\r\n",     # an unended quoted string
+                     b"5\r\nhello\n0\r\n\r\n",            # bare LF after the data
+                     b"5\r\nhello\r\n0\n\r\n",            # bare LF after the last size
+                     b"5\r\nhello\r\n0\r\n\n",            # bare LF ending the trailers
+                     b"5\r\nhello\r\n0\r\nX: y\n\r\n",      # ... ending a trailer
+                     b"5\r\nhello\r\n0\r\nno colon\r\n\r\n"):  # a trailer no field
+            self.assert_refused(head + body + b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n",
+                                code=b"BAD_CHUNKED_BODY")
+        for body in (b"5;a=b\r\nhello\r\n0\r\n\r\n",
+                     b"5 ; a = \"b \\\" c\" ;d\r\nhello\r\n0\r\nX-T: y z\r\n\r\n"):
+            lines, out, _ = self.answers(head + body + b"GET /ping HTTP/1.1\r\nHost: x\r\n"
+                                         b"Connection: close\r\n\r\n")
+            self.assertEqual(lines, [b"HTTP/1.1 200 OK"] * 2, (body, out))
+        self.assertEqual([m.body for m in self.consume(t, 2)], [b"hello", b"hello"])
+
+    def test_bare_lf_line_endings_are_refused(self):
+        # A proxy that ends lines only at CRLF reads "a\nTransfer-Encoding:
+        # chunked" as one header: tern must not read two.
+        self.assert_refused(b"GET /ping HTTP/1.1\nHost: x\n\n")
+        self.assert_refused(b"GET /ping HTTP/1.1\r\nHost: x\nX: y\r\n\r\n")
+        self.assert_refused(b"GET /ping HTTP/1.1\r\nHost: x\r\n\n")
+
+    def test_transfer_encoding_framing(self):
+        # RFC 9112 6.1: chunked not last is 400 (no length can be known),
+        # and an HTTP/1.0 message with Transfer-Encoding has faulty framing.
+        t = fresh()
+        for te in (b"gzip", b"chunked, gzip"):
+            self.assert_refused(b"POST /pub?topic=%s HTTP/1.1\r\nHost: x\r\n"
+                                b"Transfer-Encoding: %s\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+                                % (t.encode(), te))
+        self.assert_refused(b"POST /pub?topic=%s HTTP/1.1\r\nHost: x\r\n"
+                            b"Transfer-Encoding: gzip, chunked\r\n\r\n" % t.encode(),
+                            status=501, code=b"NOT_IMPLEMENTED")
+        lines, out, closed = self.answers(
+            b"POST /pub?topic=%s HTTP/1.0\r\nConnection: keep-alive\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+            b"GET /ping HTTP/1.0\r\n\r\n" % t.encode())
+        self.assertEqual(lines, [b"HTTP/1.1 400 Bad Request"], out)
+        self.assertTrue(closed)
+
+    def test_request_target_forms(self):
+        # RFC 9112 3.2.2: a server must accept the absolute form; the
+        # asterisk form is for OPTIONS alone.
+        t = fresh()
+        lines, out, _ = self.answers(
+            b"GET http://example.com/ping HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"POST HTTP://x:4151/pub?topic=%s HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nA"
+            b"GET https://x/ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            % t.encode())
+        self.assertEqual(lines, [b"HTTP/1.1 200 OK"] * 3, out)
+        self.assertEqual(self.consume(t, 1)[0].body, b"A")
+        for target in (b"*", b"ftp://x/ping", b"http:/ping", b"http:///ping", b"http://u@x/ping",
+                       b"http://"):
+            self.assert_refused(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % target)
 
 
 class HTTPBounds(unittest.TestCase):

@@ -47,13 +47,16 @@ static bool iov_ieq(tn_iov_t v, const char *s)
 }
 
 /* Find the end of the line starting at p: returns the index of its LF
- * and sets *eol to the length of the line without CR/LF; -1 when no LF
- * yet, -2 for a bare CR. */
+ * and sets *eol to the length of the line without CRLF; -1 when no LF
+ * yet, -2 for a bare CR or a bare LF (a proxy that ends lines only at
+ * CRLF would read another head). */
 static long line_end(const char *buf, size_t len, size_t p, size_t *eol)
 {
     for (size_t i = p; i < len; i++) {
         if (buf[i] == '\n') {
-            *eol = (i > p && buf[i - 1] == '\r') ? i - 1 - p : i - p;
+            if (i == p || buf[i - 1] != '\r')
+                return -2;
+            *eol = i - 1 - p;
             return (long)i;
         }
         if (buf[i] == '\r' && i + 1 < len && buf[i + 1] != '\n')
@@ -82,6 +85,30 @@ static bool has_token(tn_iov_t v, const char *tok)
     return false;
 }
 
+/* The absolute form (RFC 9112 3.2.2), which a server must accept:
+ * `http` or `https`, "://", a non-empty authority without userinfo (RFC
+ * 9110 4.2.1, 4.2.4), then the path and query that *path receives. */
+static bool absolute_path(tn_iov_t target, tn_iov_t *path)
+{
+    size_t i;
+    if (target.len > 7 && strncasecmp(target.base, "http://", 7) == 0)
+        i = 7;
+    else if (target.len > 8 && strncasecmp(target.base, "https://", 8) == 0)
+        i = 8;
+    else
+        return false;
+    size_t host = i;
+    while (i < target.len && target.base[i] != '/' && target.base[i] != '?') {
+        if (target.base[i] == '@')
+            return false;
+        i++;
+    }
+    if (i == host)
+        return false;
+    *path = tn_iov(target.base + i, target.len - i);
+    return true;
+}
+
 static int parse_request_line(const char *line, size_t len, tn_http_req_t *req)
 {
     size_t i = 0;
@@ -99,8 +126,13 @@ static int parse_request_line(const char *line, size_t len, tn_http_req_t *req)
     if (i == t || i >= len)
         return fail(req, 400, "malformed request line");
     req->target = tn_iov(line + t, i - t);
-    if (line[t] != '/' && !(req->target.len == 1 && line[t] == '*'))
-        return fail(req, 400, "the request target must be a path");
+    tn_iov_t path = req->target;
+    if (req->target.len == 1 && line[t] == '*') {
+        if (req->method.len != 7 || memcmp(req->method.base, "OPTIONS", 7) != 0)
+            return fail(req, 400, "the asterisk form is for OPTIONS only");
+    } else if (line[t] != '/' && !absolute_path(req->target, &path)) {
+        return fail(req, 400, "the request target must be a path or an http(s) URI");
+    }
     i++;
     /* HTTP-version is exactly "HTTP/" DIGIT "." DIGIT and ends the line:
      * anything else there is a malformed line (400), and only a well-formed
@@ -112,14 +144,16 @@ static int parse_request_line(const char *line, size_t len, tn_http_req_t *req)
     if (v[5] != '1' || v[7] > '1')
         return fail(req, 505, "only HTTP/1.0 and HTTP/1.1 are supported");
     req->minor = v[7] - '0';
-    const char *q = memchr(req->target.base, '?', req->target.len);
+    const char *q = memchr(path.base, '?', path.len);
     if (q != NULL) {
-        req->path = tn_iov(req->target.base, (size_t)(q - req->target.base));
-        req->query = tn_iov(q + 1, req->target.len - req->path.len - 1);
+        req->path = tn_iov(path.base, (size_t)(q - path.base));
+        req->query = tn_iov(q + 1, path.len - req->path.len - 1);
     } else {
-        req->path = req->target;
+        req->path = path;
         req->query = tn_iov(NULL, 0);
     }
+    if (req->path.len == 0)
+        req->path = tn_iov("/", 1); /* "http://host?q": the path is "/" (RFC 9110 4.2.3) */
     return 0;
 }
 
@@ -153,11 +187,36 @@ static int parse_header(const char *line, size_t len, tn_http_req_t *req)
     return 0;
 }
 
+/* Count the codings of a Transfer-Encoding value (a comma-separated
+ * list, empty elements skipped): how many, how many are chunked, and
+ * whether the last one is. */
+static void codings_read(tn_iov_t v, uint32_t *n, uint32_t *nchunked, bool *last_chunked)
+{
+    size_t i = 0;
+    while (i < v.len) {
+        while (i < v.len && (v.base[i] == ' ' || v.base[i] == '\t' || v.base[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < v.len && v.base[i] != ',')
+            i++;
+        size_t end = i;
+        while (end > start && (v.base[end - 1] == ' ' || v.base[end - 1] == '\t'))
+            end--;
+        if (end == start)
+            continue;
+        bool chunked = iov_ieq(tn_iov(v.base + start, end - start), "chunked");
+        (*n)++;
+        *nchunked += chunked;
+        *last_chunked = chunked;
+    }
+}
+
 /* Content-Length, Transfer-Encoding, Host, Authorization, Connection,
  * Expect. */
 static int check_headers(tn_http_req_t *req)
 {
-    bool host = false, te = false, auth = false;
+    bool host = false, te = false, auth = false, last_chunked = false;
+    uint32_t codings = 0, nchunked = 0;
     bool conn_close = false, conn_keep = false;
     for (uint32_t k = 0; k < req->nheaders; k++) {
         tn_http_header_t *h = &req->headers[k];
@@ -175,9 +234,9 @@ static int check_headers(tn_http_req_t *req)
                 return fail(req, 400, "conflicting Content-Length headers");
             req->content_length = v;
         } else if (iov_ieq(h->name, "transfer-encoding")) {
-            if (te || !iov_ieq(h->value, "chunked"))
-                return fail(req, 501, "only Transfer-Encoding: chunked is supported");
+            /* The codings of every such line, in order (RFC 9110 5.3). */
             te = true;
+            codings_read(h->value, &codings, &nchunked, &last_chunked);
         } else if (iov_ieq(h->name, "host")) {
             if (host)
                 return fail(req, 400, "more than one Host header");
@@ -196,8 +255,16 @@ static int check_headers(tn_http_req_t *req)
             req->expect_continue = true;
         }
     }
+    /* RFC 9112 6.1: an HTTP/1.0 message with Transfer-Encoding has faulty
+     * framing, and without chunked last (once) no length can be known. */
+    if (te && req->minor == 0)
+        return fail(req, 400, "Transfer-Encoding in an HTTP/1.0 request");
+    if (te && (!last_chunked || nchunked > 1))
+        return fail(req, 400, "Transfer-Encoding must end in chunked, applied once");
     if (te && req->content_length >= 0)
         return fail(req, 400, "Content-Length together with Transfer-Encoding");
+    if (te && codings > 1)
+        return fail(req, 501, "only Transfer-Encoding: chunked is supported");
     if (req->minor == 1 && !host)
         return fail(req, 400, "HTTP/1.1 request without Host");
     req->chunked = te;
@@ -219,16 +286,13 @@ int tn_http_parse_head(const char *buf, size_t len, size_t max_head, tn_http_req
     req->errmsg[0] = '\0';
     size_t limit = TN_MIN(len, max_head);
     size_t p = 0;
-    /* Empty lines before a request are allowed (RFC 9112 2.2). */
-    while (p < limit && (buf[p] == '\r' || buf[p] == '\n')) {
-        if (buf[p] == '\r' && (p + 1 >= limit || buf[p + 1] != '\n'))
-            break;
-        p += buf[p] == '\r' ? 2 : 1;
-    }
+    /* Empty lines (CRLF) before a request are allowed (RFC 9112 2.2). */
+    while (p + 1 < limit && buf[p] == '\r' && buf[p + 1] == '\n')
+        p += 2;
     size_t eol;
     long lf = line_end(buf, limit, p, &eol);
     if (lf == -2)
-        return fail(req, 400, "bare CR in the request line");
+        return fail(req, 400, "bare CR or LF in the request line");
     if (lf < 0)
         return len >= max_head ? fail(req, 431, "request head over %zu bytes", max_head)
                                : TN_ESHORT;
@@ -239,7 +303,7 @@ int tn_http_parse_head(const char *buf, size_t len, size_t max_head, tn_http_req
     for (;;) {
         lf = line_end(buf, limit, p, &eol);
         if (lf == -2)
-            return fail(req, 400, "bare CR in a header line");
+            return fail(req, 400, "bare CR or LF in a header line");
         if (lf < 0)
             return len >= max_head ? fail(req, 431, "request head over %zu bytes", max_head)
                                    : TN_ESHORT;
@@ -269,13 +333,30 @@ const tn_iov_t *tn_http_header(const tn_http_req_t *req, const char *name)
 
 /* --- chunked bodies ---------------------------------------------------------- */
 
+/* RFC 9112 7.1, strictly: every line ends in CRLF, the size is hex digits
+ * alone, an extension is `BWS ";" BWS name [BWS "=" BWS (token |
+ * quoted-string)]`, a trailer line is a field line. Anything else is
+ * malformed: a front proxy could read other chunk sizes from it. */
 enum {
-    CH_SIZE = 0, /* reading hex digits */
-    CH_EXT,      /* skipping a chunk extension */
-    CH_DATA,     /* chunk bytes */
-    CH_DATA_CR,  /* the CRLF after them */
+    CH_SIZE = 0,  /* reading hex digits */
+    CH_SIZE_BWS,  /* whitespace after them: a ';' must follow */
+    CH_EXT_NAME0, /* before an extension's name */
+    CH_EXT_NAME,
+    CH_EXT_NAME_BWS, /* after the name: '=', ';' or more whitespace */
+    CH_EXT_VAL0,     /* after '=' */
+    CH_EXT_VAL,      /* a token value */
+    CH_EXT_QUOTED,   /* a quoted-string value */
+    CH_EXT_QPAIR,    /* after a backslash in it */
+    CH_EXT_VAL_BWS,  /* after a value: ';' or the line's end */
+    CH_SIZE_LF,      /* the LF ending the size line */
+    CH_DATA,         /* chunk bytes */
+    CH_DATA_CR,      /* the CRLF after them */
     CH_DATA_LF,
-    CH_TRAILER, /* trailer lines after the last chunk */
+    CH_TRAILER, /* the start of a trailer line, or of the final CRLF */
+    CH_TR_NAME,
+    CH_TR_VALUE,
+    CH_TR_LF, /* the LF ending a trailer line */
+    CH_END_LF,
     CH_DONE,
 };
 
@@ -297,35 +378,109 @@ static int hexval(char c)
     return -1;
 }
 
+/* The next state of a size line at byte c past the digits (CH_SIZE_BWS up
+ * to CH_EXT_VAL_BWS), or -1 when c cannot come there. */
+static int size_line_next(int state, unsigned char c)
+{
+    bool ws = c == ' ' || c == '\t';
+    switch (state) {
+    case CH_SIZE:
+        return ws ? CH_SIZE_BWS : c == ';' ? CH_EXT_NAME0 : c == '\r' ? CH_SIZE_LF : -1;
+    case CH_SIZE_BWS:
+        return ws ? CH_SIZE_BWS : c == ';' ? CH_EXT_NAME0 : -1;
+    case CH_EXT_NAME0:
+        return ws ? CH_EXT_NAME0 : is_tchar(c) ? CH_EXT_NAME : -1;
+    case CH_EXT_NAME:
+        if (is_tchar(c))
+            return CH_EXT_NAME;
+        return ws          ? CH_EXT_NAME_BWS
+               : c == '='  ? CH_EXT_VAL0
+               : c == ';'  ? CH_EXT_NAME0
+               : c == '\r' ? CH_SIZE_LF
+                           : -1;
+    case CH_EXT_NAME_BWS:
+        return ws ? CH_EXT_NAME_BWS : c == '=' ? CH_EXT_VAL0 : c == ';' ? CH_EXT_NAME0 : -1;
+    case CH_EXT_VAL0:
+        return ws ? CH_EXT_VAL0 : c == '"' ? CH_EXT_QUOTED : is_tchar(c) ? CH_EXT_VAL : -1;
+    case CH_EXT_VAL:
+        if (is_tchar(c))
+            return CH_EXT_VAL;
+        return ws ? CH_EXT_VAL_BWS : c == ';' ? CH_EXT_NAME0 : c == '\r' ? CH_SIZE_LF : -1;
+    case CH_EXT_QUOTED: /* qdtext: HTAB, SP, VCHAR but '"' and '\\', obs-text */
+        if (c == '"')
+            return CH_EXT_VAL_BWS;
+        if (c == '\\')
+            return CH_EXT_QPAIR;
+        return ws || (c > 0x20 && c != 0x7f) ? CH_EXT_QUOTED : -1;
+    case CH_EXT_QPAIR:
+        return ws || (c > 0x20 && c != 0x7f) ? CH_EXT_QUOTED : -1;
+    case CH_EXT_VAL_BWS:
+        return ws ? CH_EXT_VAL_BWS : c == ';' ? CH_EXT_NAME0 : c == '\r' ? CH_SIZE_LF : -1;
+    default:
+        return -1;
+    }
+}
+
+/* The next state of a trailer section at byte c, or -1. */
+static int trailer_next(int state, unsigned char c)
+{
+    switch (state) {
+    case CH_TRAILER:
+        return c == '\r' ? CH_END_LF : is_tchar(c) ? CH_TR_NAME : -1;
+    case CH_TR_NAME:
+        return is_tchar(c) ? CH_TR_NAME : c == ':' ? CH_TR_VALUE : -1;
+    case CH_TR_VALUE:
+        if (c == '\r')
+            return CH_TR_LF;
+        return c == '\t' || (c >= 0x20 && c != 0x7f) ? CH_TR_VALUE : -1;
+    case CH_TR_LF:
+        return c == '\n' ? CH_TRAILER : -1;
+    case CH_END_LF:
+        return c == '\n' ? CH_DONE : -1;
+    default:
+        return -1;
+    }
+}
+
 int tn_http_chunked_decode(tn_http_chunked_t *d, const char *in, size_t len, size_t *consumed,
                            tn_buf_t *out, uint64_t max_total, bool *done)
 {
     size_t i = 0;
     *done = d->state == CH_DONE;
     while (i < len && d->state != CH_DONE) {
-        char c = in[i];
-        switch (d->state) {
-        case CH_SIZE: {
-            int v = hexval(c);
+        unsigned char c = (unsigned char)in[i];
+        if (d->state == CH_SIZE) {
+            int v = hexval((char)c);
             if (v >= 0) {
                 if (d->line >= 15) /* 2^60 bytes is plenty */
                     return TN_EPROTO;
                 d->left = d->left * 16 + (uint64_t)v;
                 d->line++;
                 i++;
-                break;
+                continue;
             }
             if (d->line == 0)
                 return TN_EPROTO; /* no size */
-            if (c == ';' || c == ' ' || c == '\t') {
-                d->state = CH_EXT;
-                i++;
-                break;
-            }
-            if (c == '\r') {
-                i++;
-                break; /* the LF follows */
-            }
+        }
+        switch (d->state) {
+        case CH_SIZE: /* the rest of the size line */
+        case CH_SIZE_BWS:
+        case CH_EXT_NAME0:
+        case CH_EXT_NAME:
+        case CH_EXT_NAME_BWS:
+        case CH_EXT_VAL0:
+        case CH_EXT_VAL:
+        case CH_EXT_QUOTED:
+        case CH_EXT_QPAIR:
+        case CH_EXT_VAL_BWS: {
+            int next = size_line_next(d->state, c);
+            if (next < 0 || ++d->line > CHUNK_LINE_MAX)
+                return TN_EPROTO;
+            d->state = next;
+            i++;
+            break;
+        }
+        case CH_SIZE_LF:
             if (c != '\n')
                 return TN_EPROTO;
             i++;
@@ -333,16 +488,6 @@ int tn_http_chunked_decode(tn_http_chunked_t *d, const char *in, size_t len, siz
             if (d->left > max_total - TN_MIN(max_total, d->total))
                 return TN_ETOOBIG;
             d->state = d->left == 0 ? CH_TRAILER : CH_DATA;
-            break;
-        }
-        case CH_EXT:
-            if (c == '\n') {
-                d->state = CH_SIZE; /* re-enter to finish the line */
-                continue;
-            }
-            if (++d->line > CHUNK_LINE_MAX)
-                return TN_EPROTO;
-            i++;
             break;
         case CH_DATA: {
             size_t n = (size_t)TN_MIN((uint64_t)(len - i), d->left);
@@ -357,40 +502,26 @@ int tn_http_chunked_decode(tn_http_chunked_t *d, const char *in, size_t len, siz
             break;
         }
         case CH_DATA_CR:
-            if (c == '\r') {
-                d->state = CH_DATA_LF;
-                i++;
-                break;
-            }
-            d->state = CH_DATA_LF;
-            continue;
         case CH_DATA_LF:
-            if (c != '\n')
+            if (c != (d->state == CH_DATA_CR ? '\r' : '\n'))
                 return TN_EPROTO;
             i++;
-            d->state = CH_SIZE;
-            d->line = 0;
+            d->state = d->state == CH_DATA_CR ? CH_DATA_LF : CH_SIZE;
             break;
-        case CH_TRAILER:
-            /* Lines until an empty one; their content is ignored, their
-             * length bounded (no end of them would keep a request going). */
-            if (++d->trailers > TN_HTTP_TRAILERS_MAX)
+        default: {
+            /* Trailer lines until an empty one; their content is dropped,
+             * their length bounded (no end of them would keep a request
+             * going). */
+            int next = trailer_next(d->state, c);
+            if (next < 0 || ++d->trailers > TN_HTTP_TRAILERS_MAX)
                 return TN_EPROTO;
-            if (c == '\n') {
-                i++;
-                if (d->line == 0) {
-                    d->state = CH_DONE;
-                    break;
-                }
-                d->line = 0;
-                break;
-            }
-            if (c != '\r' && ++d->line > CHUNK_LINE_MAX)
+            d->line = next == CH_TRAILER ? 0 : d->line + 1;
+            if (d->line > CHUNK_LINE_MAX)
                 return TN_EPROTO;
+            d->state = next;
             i++;
             break;
-        default:
-            return TN_EPROTO;
+        }
         }
     }
     *consumed = i;

@@ -4,20 +4,23 @@
  * differently is refused, so nothing can be smuggled past tern or a proxy
  * in front of it.
  *
- *   - Request line `METHOD SP origin-form SP HTTP/1.x`, method a token,
- *     target starting with `/` (or `*`), no controls or spaces in it, the
- *     version last on the line (anything after it is 400); a well-formed
- *     version `HTTP/d.d` other than 1.0 and 1.1 is 505, any other version
- *     text 400.
- *   - Header lines `name: value`; lines end in CRLF or a bare LF (a bare
- *     CR is an error); no whitespace before the colon and no obsolete line
- *     folding (400); at most TN_HTTP_MAX_HEADERS (431); the whole head at
- *     most the caller's max_head bytes (431).
+ *   - Request line `METHOD SP request-target SP HTTP/1.x`, method a
+ *     token; the target starts with `/`, or is an `http://` / `https://`
+ *     URI with a non-empty host and no userinfo (the absolute form: path
+ *     and query are its own, an empty path is `/`), or is `*` with
+ *     OPTIONS; no controls or spaces in it; the version last on the line
+ *     (anything after it is 400); a well-formed version `HTTP/d.d` other
+ *     than 1.0 and 1.1 is 505, any other version text 400.
+ *   - Header lines `name: value`; every line ends in CRLF (a bare CR or
+ *     a bare LF is 400); no whitespace before the colon and no obsolete
+ *     line folding (400); at most TN_HTTP_MAX_HEADERS (431); the whole
+ *     head at most the caller's max_head bytes (431).
  *   - Content-Length: digits only; several must agree; together with
- *     Transfer-Encoding it is 400. Transfer-Encoding other than `chunked`
- *     is 501. HTTP/1.1 needs Host (400). Host and Authorization come at
- *     most once (400). `Expect: 100-continue` is noted;
- *     other expectations are 417.
+ *     Transfer-Encoding it is 400. Transfer-Encoding (all its lines'
+ *     codings) must end in `chunked`, once (400), and hold no other coding
+ *     (501); in HTTP/1.0 it is 400 (RFC 9112 6.1). HTTP/1.1 needs Host
+ *     (400). Host and Authorization come at most once (400).
+ *     `Expect: 100-continue` is noted; other expectations are 417.
  *
  * Every span points into the parsed buffer (borrowed). Thread safety: pure
  * functions; any thread. */
@@ -64,7 +67,10 @@ int tn_http_parse_head(const char *buf, size_t len, size_t max_head, tn_http_req
 /* The value of header name (case-insensitive), first occurrence, or NULL. */
 const tn_iov_t *tn_http_header(const tn_http_req_t *req, const char *name);
 
-/* Chunked body decoding, incrementally. */
+/* Chunked body decoding, incrementally, strictly (RFC 9112 7.1): the
+ * size is hex digits; extensions `BWS ";" BWS name [BWS "=" BWS (token |
+ * quoted-string)]` are checked and dropped; every line ends in CRLF;
+ * trailer lines are field lines. Anything else is malformed. */
 #define TN_HTTP_TRAILERS_MAX (64 * 1024)
 typedef struct {
     int state;

@@ -82,7 +82,12 @@ static void test_versions_and_keepalive(void **state)
     assert_false(req.keep_alive);
     assert_int_equal(parse("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", &req, &used), 0);
     assert_true(req.keep_alive);
-    assert_int_equal(parse("GET / HTTP/1.1\nHost: a\n\n", &req, &used), 0); /* bare LF */
+    /* A bare LF ends no line: a proxy may read it as part of a value. */
+    expect_status("GET / HTTP/1.1\nHost: a\n\n", 400);
+    expect_status("GET / HTTP/1.1\r\nHost: a\nX: b\r\n\r\n", 400);
+    expect_status("GET / HTTP/1.1\r\nHost: a\r\n\n", 400);
+    expect_status("\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    assert_int_equal(parse("\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", &req, &used), 0);
     expect_status("GET / HTTP/2.0\r\n\r\n", 505);
     expect_status("GET / HTTP/1.2\r\nHost: a\r\n\r\n", 505);
     expect_status("GET / HTTP/0.9\r\n\r\n", 505);
@@ -107,7 +112,11 @@ static void test_strictness(void **state)
     expect_status("GET /\r\n\r\n", 400);
     expect_status("GET  / HTTP/1.1\r\nHost: a\r\n\r\n", 400);
     expect_status("G(T / HTTP/1.1\r\nHost: a\r\n\r\n", 400);
-    expect_status("GET http://x/ HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    expect_status("GET ftp://x/ HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    expect_status("GET http:///x HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    expect_status("GET http://u@x/ HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    expect_status("GET x:80 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    expect_status("GET * HTTP/1.1\r\nHost: a\r\n\r\n", 400);
     expect_status("GET /a\x01 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
     expect_status("GET / HTTP/1.1\r\nHost : a\r\n\r\n", 400);
     expect_status("GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n", 400);
@@ -127,9 +136,18 @@ static void test_strictness(void **state)
     expect_status("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", 400);
     expect_status("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", 400);
     expect_status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501);
-    expect_status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+    expect_status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n"
                   "Transfer-Encoding: chunked\r\n\r\n",
                   501);
+    /* Chunked not last, or twice: no length can be known (400). */
+    expect_status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 400);
+    expect_status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 400);
+    expect_status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \r\n\r\n", 400);
+    expect_status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+                  "Transfer-Encoding: chunked\r\n\r\n",
+                  400);
+    /* HTTP/1.0 with Transfer-Encoding: faulty framing (RFC 9112 6.1). */
+    expect_status("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400);
     expect_status("POST / HTTP/1.1\r\nHost: a\r\nExpect: 200-ok\r\n\r\n", 417);
     /* Equal duplicates are fine; so is 100-continue. */
     tn_http_req_t req;
@@ -140,6 +158,16 @@ static void test_strictness(void **state)
                      0);
     assert_true(req.expect_continue);
     assert_int_equal(req.content_length, 5);
+    /* The absolute form is read for its path and query; `*` for OPTIONS. */
+    assert_int_equal(parse("GET HTTPS://h:1/pub?topic=t HTTP/1.1\r\nHost: a\r\n\r\n", &req, &used),
+                     0);
+    assert_true(iov_is(req.path, "/pub"));
+    assert_true(iov_is(req.query, "topic=t"));
+    assert_int_equal(parse("GET http://h?x=1 HTTP/1.1\r\nHost: a\r\n\r\n", &req, &used), 0);
+    assert_true(iov_is(req.path, "/"));
+    assert_true(iov_is(req.query, "x=1"));
+    assert_int_equal(parse("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", &req, &used), 0);
+    assert_true(iov_is(req.path, "*"));
 }
 
 static void test_limits(void **state)
@@ -193,7 +221,35 @@ static void test_chunked(void **state)
     const char *body = "5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nTrailer: x\r\n\r\n";
     for (size_t step = 1; step <= strlen(body); step++)
         decode_all(body, step, 1 << 20, 0, "hello, world");
-    decode_all("A\nabcdefghij\n0\n\n", 3, 100, 0, "abcdefghij"); /* bare LF */
+    decode_all("5 ;a = \"b \\\" c\" ;d;e=f\r\nhello\r\n0\r\nX: y\r\nZ:\r\n\r\n", 1, 100, 0,
+               "hello");
+    /* Strict framing: whatever a front proxy could read otherwise. */
+    static const char *const bad[] = {
+        "A\nabcdefghij\n0\n\n",
+        "5\nhello\r\n0\r\n\r\n",
+        "5 6\r\nhello\r\n0\r\n\r\n",
+        "5\r5\r\nhello\r\n0\r\n\r\n",
+        "5 \r\nhello\r\n0\r\n\r\n",
+        "5;\r\nhello\r\n0\r\n\r\n",
+        "5;a\nhello\r\n0\r\n\r\n",
+        "5;a\rb\r\nhello\r\n0\r\n\r\n",
+        "5;a b\r\nhello\r\n0\r\n\r\n",
+        "5;a=\r\nhello\r\n0\r\n\r\n",
+        "5;a=\"b\r\nhello\r\n0\r\n\r\n",
+        "5;a=\"\x01\"\r\nhello\r\n",
+        "5\r\nhello\n0\r\n\r\n",
+        "5\r\nhello\r0\r\n\r\n",
+        "5\r\nhello\r\n0\n\r\n",
+        "5\r\nhello\r\n0\r\n\n",
+        "5\r\nhello\r\n0\r\nX: y\n\r\n",
+        "5\r\nhello\r\n0\r\nno colon\r\n\r\n",
+        "5\r\nhello\r\n0\r\n X: y\r\n\r\n",
+        "5\r\nhello\r\n0\r\nX: \x01\r\n\r\n",
+        "-5\r\n",
+    };
+    for (size_t k = 0; k < TN_ARRAY_SIZE(bad); k++)
+        for (size_t step = 1; step <= 3; step++)
+            decode_all(bad[k], step, 100, TN_EPROTO, NULL);
     decode_all("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", 4, 8, TN_ETOOBIG, NULL);
     decode_all("zz\r\n", 1, 100, TN_EPROTO, NULL);
     decode_all("\r\n", 1, 100, TN_EPROTO, NULL);
