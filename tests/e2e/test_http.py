@@ -708,6 +708,19 @@ class HTTP(AdminDaemon, unittest.TestCase):
                        b"http://"):
             self.assert_refused(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % target)
 
+    def test_no_content_length_on_204(self):
+        # RFC 9110 8.6: never in a 204; the next answer follows right after.
+        t = fresh()
+        self.assertEqual(self.request("POST", f"/topic/create?topic={t}")[0], 200)
+        auth = ADMIN["Authorization"].encode()
+        lines, out, _ = self.answers(
+            b"GET /v1/topics/%s/consume HTTP/1.1\r\nHost: x\r\nAuthorization: %s\r\n\r\n"
+            b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            % (t.encode(), auth))
+        self.assertEqual(lines, [b"HTTP/1.1 204 No Content", b"HTTP/1.1 200 OK"], out)
+        head = out.split(b"\r\n\r\n", 1)[0]
+        self.assertNotIn(b"content-length", head.lower(), out)
+
 
 class HTTPBounds(unittest.TestCase):
     """Bounds that need their own daemon: the connection cap and the

@@ -158,12 +158,16 @@ const char *tn_http_reason(int status)
         return "Gone";
     case 411:
         return "Length Required";
+    case 412:
+        return "Precondition Failed";
     case 413:
         return "Content Too Large";
     case 415:
         return "Unsupported Media Type";
     case 417:
         return "Expectation Failed";
+    case 426:
+        return "Upgrade Required";
     case 429:
         return "Too Many Requests";
     case 431:
@@ -490,8 +494,10 @@ static void write_answer(conn_t *c, int minor, int status, const char *ctype, co
     hl_put(&l, "\r\n", 2);
     int rc = hl_flush(&l, &c->out);
     /* A 304 has no content, and a Content-Length there would have to be
-     * the 200's (RFC 9110 8.6): it gets none. */
-    if (rc == 0 && status != 304) {
+     * the 200's; a 1xx or 204 must not carry one (RFC 9110 8.6): none of
+     * them gets one, nor a body. */
+    bool bodiless = status == 304 || status == 204 || status < 200;
+    if (rc == 0 && !bodiless) {
         hl_put(&l, "Content-Length: ", 16);
         hl_int(&l, (int64_t)len);
         hl_put(&l, "\r\n", 2);
@@ -511,7 +517,7 @@ static void write_answer(conn_t *c, int minor, int status, const char *ctype, co
         rc = tn_buf_append(&c->out, headers, strlen(headers));
     if (rc == 0)
         rc = tn_buf_append(&c->out, "\r\n", 2);
-    if (rc == 0 && !head_only && len > 0)
+    if (rc == 0 && !head_only && !bodiless && len > 0)
         rc = tn_buf_append(&c->out, body, len);
     if (rc != 0)
         conn_close(c);
