@@ -29,6 +29,8 @@
 #define MAX_PENDING_CONTROL (1024 * 1024) /* control bytes a client may leave unread */
 #define ERR_JSON            "application/json; charset=utf-8"
 #define CLOSE_GOING_AWAY    1001
+#define CLOSE_PROTOCOL      1002
+#define CLOSE_TOO_BIG       1009
 #define CLOSE_POLICY        1008
 #define CLOSE_INTERNAL      1011
 #define CLOSE_RESTART       1012
@@ -74,6 +76,12 @@ struct session_s {
     uint64_t open_gen;
     const char *rx; /* input being fed to wslay */
     size_t rx_len;
+    /* The client's frame headers, read ahead of wslay (scan_frames): the
+     * one being read, and the payload bytes left of the current frame. */
+    uint8_t fh[14];
+    uint8_t fh_len;
+    bool rx_failed; /* a frame was refused: nothing more is read */
+    uint64_t fpay_left;
     uv_timer_t hb;
     uv_timer_t deadline;
     int64_t last_rx_ms;
@@ -837,14 +845,76 @@ static const struct wslay_event_callbacks callbacks = {
     .on_msg_recv_callback = ws_msg,
 };
 
+/* Check the client's frame headers before wslay reads them (RFC 6455
+ * 5.2, 5.5): wslay answers a control frame over 125 bytes, a fragmented
+ * one or a length with its top bit set with a Close without a status
+ * code, echoes a 1-byte Close body as a clean close, and finds a frame
+ * declared past the bound only once its payload comes. Returns how many
+ * bytes of data may go to wslay: all of them, or those before the frame
+ * refused (*code and *why then say why). */
+static size_t scan_frames(session_t *s, const char *data, size_t len, uint16_t *code,
+                          const char **why)
+{
+    size_t i = 0, start = 0;
+    *code = 0;
+    while (i < len) {
+        if (s->fpay_left > 0) {
+            size_t n = (size_t)TN_MIN((uint64_t)(len - i), s->fpay_left);
+            i += n;
+            s->fpay_left -= n;
+            continue;
+        }
+        if (s->fh_len == 0)
+            start = i;
+        s->fh[s->fh_len++] = (uint8_t)data[i++];
+        if (s->fh_len < 2)
+            continue;
+        uint8_t l7 = s->fh[1] & 0x7f;
+        size_t need = 2u + (l7 == 126 ? 2u : l7 == 127 ? 8u : 0u) + (s->fh[1] & 0x80 ? 4u : 0u);
+        if (s->fh_len < need)
+            continue;
+        uint64_t plen = l7;
+        for (size_t k = 0; l7 >= 126 && k < (l7 == 126 ? 2u : 8u); k++)
+            plen = (k == 0 ? 0 : plen << 8) | s->fh[2 + k];
+        bool fin = (s->fh[0] & 0x80) != 0;
+        uint8_t opcode = s->fh[0] & 0x0f;
+        s->fh_len = 0;
+        s->fpay_left = plen;
+        if (plen >> 63 != 0)
+            *why = "a frame length with its top bit set";
+        else if ((opcode & 0x8) != 0 && !fin)
+            *why = "a fragmented control frame";
+        else if ((opcode & 0x8) != 0 && plen > 125)
+            *why = "a control frame over 125 bytes";
+        else if (opcode == WSLAY_CONNECTION_CLOSE && plen == 1)
+            *why = "a Close frame with a 1-byte body";
+        else if ((opcode & 0x8) == 0 && plen > MAX_CONTROL)
+            *why = "a frame over 64 KiB";
+        else
+            continue;
+        *code = (opcode & 0x8) == 0 && plen >> 63 == 0 ? CLOSE_TOO_BIG : CLOSE_PROTOCOL;
+        s->rx_failed = true;
+        return start;
+    }
+    return len;
+}
+
 static void feed(session_t *s, const char *data, size_t len)
 {
     s->last_rx_ms = tn_now_mono_ms();
+    uint16_t code = 0;
+    const char *why = NULL;
     s->rx = data;
-    s->rx_len = len;
+    s->rx_len = s->rx_failed ? 0 : scan_frames(s, data, len, &code, &why);
     s->refs++;
     int rc = wslay_event_recv(s->ctx);
     s->rx_len = 0;
+    if (code != 0 && rc == 0 && wslay_event_get_read_enabled(s->ctx)) {
+        /* The frames before the refused one were read; the Close goes
+         * out after what they queued (a pong). */
+        (void)wslay_event_queue_close(s->ctx, code, (const uint8_t *)why, strlen(why));
+        wslay_event_shutdown_read(s->ctx);
+    }
     if (s->state != S_GONE) {
         send_queued(s);
         if (s->hc != NULL && tn_http_conn_pending(s->hc) >
@@ -1040,9 +1110,19 @@ static void handle_ws(tn_http_request_t *r, void *arg)
         return;
     }
     const tn_iov_t *up = tn_http_header(h, "upgrade");
-    if (!has_token(up, "websocket") || !has_token(tn_http_header(h, "connection"), "upgrade")) {
+    /* An HTTP/1.1 GET (RFC 6455 4.1): an HTTP/1.0 request's Upgrade is
+     * ignored (RFC 9110 7.8), and a HEAD upgrades nothing. */
+    if (h->minor == 0 || h->method.len != 3 || memcmp(h->method.base, "GET", 3) != 0 ||
+        !has_token(up, "websocket") || !has_token(tn_http_header(h, "connection"), "upgrade")) {
         answer(r, 426, "E_WS_HANDSHAKE", "a WebSocket upgrade is required here",
                "Upgrade: websocket\r\nConnection: Upgrade\r\n");
+        return;
+    }
+    /* Each at most once (RFC 6455 11.3.1, 11.3.5): which one would count? */
+    if (tn_http_header_count(h, "sec-websocket-key") > 1 ||
+        tn_http_header_count(h, "sec-websocket-version") > 1) {
+        answer(r, 400, "E_WS_HANDSHAKE",
+               "Sec-WebSocket-Key and Sec-WebSocket-Version may come once each", NULL);
         return;
     }
     const tn_iov_t *ver = tn_http_header(h, "sec-websocket-version");

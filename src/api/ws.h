@@ -29,7 +29,10 @@
  *      spent waits for a frame to finish elsewhere.
  *   5. The server pings every websocket-heartbeat-interval; a peer silent
  *      for two intervals is closed (E_WS_HEARTBEAT). A data frame from the
- *      client is E_WS_CONTROL.
+ *      client is E_WS_CONTROL. A client breaking RFC 6455 gets a Close
+ *      with its status code (1002, 1007, 1009: frame headers are checked
+ *      before libwslay reads them, which would send none for some) and
+ *      the connection closes.
  *   6. Terminal errors: a text frame {"type":"error","code":...,
  *      "detail":...}, then a Close frame whose reason is the code, then
  *      the connection closes.

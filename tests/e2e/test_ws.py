@@ -243,6 +243,105 @@ class Feed(Base):
                 break
         w.wait_closed()
 
+    def raw_handshake(self, t, method="GET", version="HTTP/1.1", extra=()):
+        """A handshake written by hand: (status line, head, body)."""
+        key = base64.b64encode(os.urandom(16)).decode()
+        lines = [f"{method} /v1/ws/topics/{t} {version}", "Host: x", "Upgrade: websocket",
+                 "Connection: Upgrade", f"Sec-WebSocket-Key: {key}",
+                 "Sec-WebSocket-Version: 13", "Sec-WebSocket-Protocol: tern.live.v1", *extra]
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        try:
+            s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+            out = b""
+            while b"\r\n\r\n" not in out:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+            head, _, body = out.partition(b"\r\n\r\n")
+            n = int(dict(l.split(b": ", 1) for l in head.split(b"\r\n")[1:]).get(
+                b"Content-Length", b"0"))
+            s.settimeout(0.5)
+            try:
+                while len(body) < n + 1:  # one byte more: none may follow
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    body += chunk
+            except socket.timeout:
+                pass
+            return head.split(b"\r\n")[0], head, body
+        finally:
+            s.close()
+
+    def test_handshake_rfc6455_details(self):
+        # RFC 6455 4.1/4.2.1: an HTTP/1.1 GET (RFC 9110 7.8: an HTTP/1.0
+        # request's Upgrade is ignored), Sec-WebSocket-Key and -Version once
+        # each; the upgrade and connection tokens may sit in lists.
+        t = self.topic()
+        status, _, body = self.raw_handshake(t, version="HTTP/1.0")
+        self.assertEqual(status, b"HTTP/1.0 426 Upgrade Required", body)
+        self.assertIn(b"E_WS_HANDSHAKE", body)
+        status, head, body = self.raw_handshake(t, method="HEAD")
+        self.assertEqual(status, b"HTTP/1.1 426 Upgrade Required", head)
+        self.assertEqual(body, b"")
+        status, _, body = self.raw_handshake(
+            t, extra=["Sec-WebSocket-Key: " + base64.b64encode(os.urandom(16)).decode()])
+        self.assertEqual(status, b"HTTP/1.1 400 Bad Request", body)
+        self.assertIn(b"E_WS_HANDSHAKE", body)
+        status, _, body = self.raw_handshake(t, extra=["Sec-WebSocket-Version: 13"])
+        self.assertEqual(status, b"HTTP/1.1 400 Bad Request", body)
+        w, _ = self.ready(t, headers={"Connection": "keep-alive, Upgrade",
+                                      "Upgrade": "foo, WebSocket"})
+        w.close()
+
+    def test_frame_protocol_errors_close_with_their_codes(self):
+        # RFC 6455 5.5, 7.4.1: each a Close with its status code, then the
+        # end of the connection.
+        t = self.topic()
+
+        def frame(op, payload=b"", fin=True, rsv=0, mask=True, length=None):
+            n = len(payload) if length is None else length
+            head = bytes([(0x80 if fin else 0) | rsv << 4 | op])
+            m = 0x80 if mask else 0
+            if n < 126:
+                head += bytes([m | n])
+            elif n < 65536:
+                head += bytes([m | 126]) + struct.pack(">H", n)
+            else:
+                head += bytes([m | 127]) + struct.pack(">Q", n)
+            return head + (b"\0\0\0\0" if mask else b"") + payload  # zero mask
+
+        for data, code in ((frame(PING, b"p" * 126), 1002),         # control over 125
+                           (frame(PING, b"p", fin=False), 1002),    # fragmented control
+                           (frame(CLOSE, b"\x03"), 1002),           # 1-byte close body
+                           (frame(BINARY, length=1 << 63) + b"ab", 1002),  # length MSB set
+                           (frame(BINARY, length=1 << 40), 1009),   # declared too big
+                           (frame(PING, b"x", mask=False), 1002),   # unmasked
+                           (frame(PING, b"x", rsv=4), 1002),        # reserved bit
+                           (frame(3, b"x"), 1002),                  # reserved opcode
+                           (frame(0, b"x"), 1002),                  # nothing to continue
+                           (frame(CLOSE, struct.pack(">H", 1005)), 1002),  # reserved code
+                           (frame(TEXT, b"a\xff"), 1007),           # not UTF-8
+                           (frame(TEXT, b"a" * 70000), 1009)):      # past 64 KiB
+            w, _ = self.ready(t)
+            w.sock.settimeout(5)  # well before the heartbeat would end it
+            w.sock.sendall(data)
+            op, body = w.recv()
+            self.assertEqual((op, struct.unpack(">H", body[:2])[0] if len(body) >= 2 else None),
+                             (CLOSE, code), data[:16])
+            w.wait_closed()
+            w.sock.close()
+        # A ping is answered with its payload, also between the fragments of
+        # a text message (which the feed then refuses as a data message).
+        w, _ = self.ready(t)
+        w.sock.sendall(frame(TEXT, b"ab", fin=False) + frame(PING, b"mid") +
+                       frame(0, b"cd"))
+        self.assertEqual(w.recv_frame(), (PONG, b"mid"))
+        w.expect_error("E_WS_CONTROL")
+        w.wait_closed()
+        w.sock.close()
+
     def test_ping_flood_without_reading_is_dropped(self):
         t = self.topic()
         w, _ = self.ready(t)

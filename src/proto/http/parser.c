@@ -331,6 +331,14 @@ const tn_iov_t *tn_http_header(const tn_http_req_t *req, const char *name)
     return NULL;
 }
 
+uint32_t tn_http_header_count(const tn_http_req_t *req, const char *name)
+{
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < req->nheaders; k++)
+        n += iov_ieq(req->headers[k].name, name);
+    return n;
+}
+
 /* --- chunked bodies ---------------------------------------------------------- */
 
 /* RFC 9112 7.1, strictly: every line ends in CRLF, the size is hex digits

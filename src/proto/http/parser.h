@@ -66,6 +66,8 @@ int tn_http_parse_head(const char *buf, size_t len, size_t max_head, tn_http_req
 
 /* The value of header name (case-insensitive), first occurrence, or NULL. */
 const tn_iov_t *tn_http_header(const tn_http_req_t *req, const char *name);
+/* How many times header name (case-insensitive) came. */
+uint32_t tn_http_header_count(const tn_http_req_t *req, const char *name);
 
 /* Chunked body decoding, incrementally, strictly (RFC 9112 7.1): the
  * size is hex digits; extensions `BWS ";" BWS name [BWS "=" BWS (token |
