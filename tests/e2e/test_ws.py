@@ -23,7 +23,7 @@ import daemon as daemon_mod
 from authserver import AuthServer
 from daemon import Daemon
 from nsqwire import Conn
-from wsclient import BINARY, CLOSE, PING, PONG, TEXT, WS, Closed, HandshakeError
+from wsclient import BINARY, CLOSE, PING, PONG, TEXT, WS, Closed, HandshakeError, frame
 
 ORIGIN = "https://app.example.com"
 
@@ -299,18 +299,6 @@ class Feed(Base):
         # RFC 6455 5.5, 7.4.1: each a Close with its status code, then the
         # end of the connection.
         t = self.topic()
-
-        def frame(op, payload=b"", fin=True, rsv=0, mask=True, length=None):
-            n = len(payload) if length is None else length
-            head = bytes([(0x80 if fin else 0) | rsv << 4 | op])
-            m = 0x80 if mask else 0
-            if n < 126:
-                head += bytes([m | n])
-            elif n < 65536:
-                head += bytes([m | 126]) + struct.pack(">H", n)
-            else:
-                head += bytes([m | 127]) + struct.pack(">Q", n)
-            return head + (b"\0\0\0\0" if mask else b"") + payload  # zero mask
 
         for data, code in ((frame(PING, b"p" * 126), 1002),         # control over 125
                            (frame(PING, b"p", fin=False), 1002),    # fragmented control

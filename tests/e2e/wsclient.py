@@ -42,6 +42,25 @@ class Message:
         self.body = data[hlen:]
 
 
+def frame(opcode, payload=b"", fin=True, mask=True, rsv=0, length=None):
+    """One client frame; rsv sets the reserved bits (4: RSV1), length
+    overrides the declared payload length."""
+    head = bytes([(0x80 if fin else 0) | rsv << 4 | opcode])
+    n = len(payload) if length is None else length
+    mbit = 0x80 if mask else 0
+    if n < 126:
+        head += bytes([mbit | n])
+    elif n < 65536:
+        head += bytes([mbit | 126]) + struct.pack(">H", n)
+    else:
+        head += bytes([mbit | 127]) + struct.pack(">Q", n)
+    if mask:
+        m = os.urandom(4)
+        head += m
+        payload = bytes(b ^ m[i % 4] for i, b in enumerate(payload))
+    return head + payload
+
+
 class WS:
     def __init__(self, port, path, protocols=("tern.live.v1",), headers=None, timeout=10,
                  key=None, version="13", host="127.0.0.1", ssl_context=None):
@@ -96,20 +115,7 @@ class WS:
         return status, hdrs
 
     def send_frame(self, opcode, payload=b"", fin=True, mask=True):
-        head = bytes([(0x80 if fin else 0) | opcode])
-        n = len(payload)
-        mbit = 0x80 if mask else 0
-        if n < 126:
-            head += bytes([mbit | n])
-        elif n < 65536:
-            head += bytes([mbit | 126]) + struct.pack(">H", n)
-        else:
-            head += bytes([mbit | 127]) + struct.pack(">Q", n)
-        if mask:
-            m = os.urandom(4)
-            head += m
-            payload = bytes(b ^ m[i % 4] for i, b in enumerate(payload))
-        self.sock.sendall(head + payload)
+        self.sock.sendall(frame(opcode, payload, fin, mask))
 
     def send_text(self, text):
         self.send_frame(TEXT, text.encode())

@@ -65,23 +65,35 @@ static long line_end(const char *buf, size_t len, size_t p, size_t *eol)
     return -1;
 }
 
+/* The next element of a comma-separated header value from *i on, its
+ * whitespace trimmed; false at the end. Empty elements are skipped. */
+static bool list_next(tn_iov_t v, size_t *i, tn_iov_t *elem)
+{
+    while (*i < v.len) {
+        while (*i < v.len && (v.base[*i] == ' ' || v.base[*i] == '\t' || v.base[*i] == ','))
+            (*i)++;
+        size_t start = *i;
+        while (*i < v.len && v.base[*i] != ',')
+            (*i)++;
+        size_t end = *i;
+        while (end > start && (v.base[end - 1] == ' ' || v.base[end - 1] == '\t'))
+            end--;
+        if (end > start) {
+            *elem = tn_iov(v.base + start, end - start);
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Comma-separated tokens of a header value: does it hold tok? */
 static bool has_token(tn_iov_t v, const char *tok)
 {
-    size_t n = strlen(tok);
     size_t i = 0;
-    while (i < v.len) {
-        while (i < v.len && (v.base[i] == ' ' || v.base[i] == '\t' || v.base[i] == ','))
-            i++;
-        size_t start = i;
-        while (i < v.len && v.base[i] != ',')
-            i++;
-        size_t end = i;
-        while (end > start && (v.base[end - 1] == ' ' || v.base[end - 1] == '\t'))
-            end--;
-        if (end - start == n && strncasecmp(v.base + start, tok, n) == 0)
+    tn_iov_t e;
+    while (list_next(v, &i, &e))
+        if (iov_ieq(e, tok))
             return true;
-    }
     return false;
 }
 
@@ -193,18 +205,9 @@ static int parse_header(const char *line, size_t len, tn_http_req_t *req)
 static void codings_read(tn_iov_t v, uint32_t *n, uint32_t *nchunked, bool *last_chunked)
 {
     size_t i = 0;
-    while (i < v.len) {
-        while (i < v.len && (v.base[i] == ' ' || v.base[i] == '\t' || v.base[i] == ','))
-            i++;
-        size_t start = i;
-        while (i < v.len && v.base[i] != ',')
-            i++;
-        size_t end = i;
-        while (end > start && (v.base[end - 1] == ' ' || v.base[end - 1] == '\t'))
-            end--;
-        if (end == start)
-            continue;
-        bool chunked = iov_ieq(tn_iov(v.base + start, end - start), "chunked");
+    tn_iov_t e;
+    while (list_next(v, &i, &e)) {
+        bool chunked = iov_ieq(e, "chunked");
         (*n)++;
         *nchunked += chunked;
         *last_chunked = chunked;
