@@ -289,9 +289,13 @@ int tn_http_parse_head(const char *buf, size_t len, size_t max_head, tn_http_req
     req->errmsg[0] = '\0';
     size_t limit = TN_MIN(len, max_head);
     size_t p = 0;
-    /* Empty lines (CRLF) before a request are allowed (RFC 9112 2.2). */
+    /* Empty lines (CRLF) before a request are allowed (RFC 9112 2.2), a
+     * few: each may cost the server a parse of what came so far. */
     while (p + 1 < limit && buf[p] == '\r' && buf[p + 1] == '\n')
         p += 2;
+    if (p > 2 * TN_HTTP_MAX_EMPTY_LINES)
+        return fail(req, 400, "more than %d empty lines before the request line",
+                    TN_HTTP_MAX_EMPTY_LINES);
     size_t eol;
     long lf = line_end(buf, limit, p, &eol);
     if (lf == -2)

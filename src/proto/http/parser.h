@@ -11,6 +11,8 @@
  *     OPTIONS; no controls or spaces in it; the version last on the line
  *     (anything after it is 400); a well-formed version `HTTP/d.d` other
  *     than 1.0 and 1.1 is 505, any other version text 400.
+ *   - At most TN_HTTP_MAX_EMPTY_LINES empty lines before the request
+ *     line (400).
  *   - Header lines `name: value`; every line ends in CRLF (a bare CR or
  *     a bare LF is 400); no whitespace before the colon and no obsolete
  *     line folding (400); at most TN_HTTP_MAX_HEADERS (431); the whole
@@ -31,7 +33,8 @@
 
 #include "core/buf.h"
 
-#define TN_HTTP_MAX_HEADERS 100
+#define TN_HTTP_MAX_HEADERS     100
+#define TN_HTTP_MAX_EMPTY_LINES 16 /* CRLFs before a request line */
 
 typedef struct {
     tn_iov_t name;

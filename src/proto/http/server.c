@@ -67,6 +67,7 @@ struct conn_s {
     bool reading;
     bool close_after; /* close (gracefully) once the output is written */
     bool head_started;
+    size_t head_seen;    /* bytes of c->in a parse found no whole head in */
     bool advancing;      /* in advance(): answers given meanwhile do not recurse */
     size_t idle_unacked; /* output not taken yet when the idle timer was armed mid-write */
     /* the request being read or handled */
@@ -1025,9 +1026,19 @@ static void advance_loop(conn_t *c)
             arm_idle(c);
             return;
         }
+        /* A head parsed again only once a line ended since the last try
+         * (or at the bound): parsing it from its start on every read of a
+         * trickled head would cost its length per segment. */
+        const char *in = tn_buf_data(&c->in);
+        if (c->head_seen > 0 && len > c->head_seen && len < c->srv->opts.max_head &&
+            memchr(in + c->head_seen, '\n', len - c->head_seen) == NULL) {
+            c->head_seen = len;
+            return;
+        }
         tn_http_req_t probe;
         size_t used = 0;
-        int rc = tn_http_parse_head(tn_buf_data(&c->in), len, c->srv->opts.max_head, &probe, &used);
+        int rc = tn_http_parse_head(in, len, c->srv->opts.max_head, &probe, &used);
+        c->head_seen = rc == TN_ESHORT ? len : 0;
         if (rc == TN_ESHORT) {
             if (!c->head_started) {
                 c->head_started = true;

@@ -4,8 +4,9 @@
  * or later (long polls park the request and answer when they can).
  *
  * DESIGN: a connection.
- *   1. Read until a request head parses (tn_http_parse_head). The head
- *      must arrive within head_timeout (408) and fit max_head (431).
+ *   1. Read until a request head parses (tn_http_parse_head), trying
+ *      again only once a line ended since the last try. The head must
+ *      arrive within head_timeout (408) and fit max_head (431).
  *   2. Route it: unknown path 404, known path with another method 405
  *      (with Allow). A declared body over the route's limit is 413 before
  *      a byte of it is read; `Expect: 100-continue` gets its interim

@@ -88,6 +88,14 @@ static void test_versions_and_keepalive(void **state)
     expect_status("GET / HTTP/1.1\r\nHost: a\r\n\n", 400);
     expect_status("\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", 400);
     assert_int_equal(parse("\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", &req, &used), 0);
+    char lines[256] = "";
+    for (int i = 0; i < TN_HTTP_MAX_EMPTY_LINES; i++)
+        strcat(lines, "\r\n");
+    strcat(lines, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_int_equal(parse(lines, &req, &used), 0);
+    memmove(lines + 2, lines, strlen(lines) + 1);
+    memcpy(lines, "\r\n", 2);
+    expect_status(lines, 400);
     expect_status("GET / HTTP/2.0\r\n\r\n", 505);
     expect_status("GET / HTTP/1.2\r\nHost: a\r\n\r\n", 505);
     expect_status("GET / HTTP/0.9\r\n\r\n", 505);
