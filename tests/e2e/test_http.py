@@ -746,6 +746,14 @@ class HTTP(AdminDaemon, unittest.TestCase):
             % t.encode())
         self.assertEqual(lines, [b"HTTP/1.1 200 OK"] * 3, out)
         self.assertEqual(self.consume(t, 1)[0].body, b"A")
+        # RFC 9112 3.2: a Host (or an absolute form's authority) that is no
+        # host[:port] is 400; an empty one is allowed.
+        for host in (b"a b", b"a/b", b"u@a", b"a?b", b"a\xff"):
+            self.assert_refused(b"GET /ping HTTP/1.1\r\nHost: %s\r\n\r\n" % host)
+        self.assert_refused(b"GET http://a\"b/ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        lines, out, _ = self.answers(b"GET /ping HTTP/1.1\r\nHost: [::1]:4151\r\n\r\n"
+                                     b"GET /ping HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n")
+        self.assertEqual(lines, [b"HTTP/1.1 200 OK"] * 2, out)
         for target in (b"*", b"ftp://x/ping", b"http:/ping", b"http:///ping", b"http://u@x/ping",
                        b"http://"):
             self.assert_refused(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % target)

@@ -97,6 +97,22 @@ static bool has_token(tn_iov_t v, const char *tok)
     return false;
 }
 
+/* Whether v is a host with an optional port as Host or an authority may
+ * hold (RFC 3986 3.2.2: reg-name, IPv4 or an IP literal in brackets, then
+ * ":" port): unreserved, pct-encoded and sub-delims characters, ':', '['
+ * and ']'. No userinfo, no space, no path. */
+static bool host_valid(tn_iov_t v)
+{
+    for (size_t i = 0; i < v.len; i++) {
+        unsigned char c = (unsigned char)v.base[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              strchr("-._~%!$&'()*+,;=:[]", c) != NULL) ||
+            c == '\0')
+            return false;
+    }
+    return true;
+}
+
 /* The absolute form (RFC 9112 3.2.2), which a server must accept:
  * `http` or `https`, "://", a non-empty authority without userinfo (RFC
  * 9110 4.2.1, 4.2.4), then the path and query that *path receives. */
@@ -110,12 +126,9 @@ static bool absolute_path(tn_iov_t target, tn_iov_t *path)
     else
         return false;
     size_t host = i;
-    while (i < target.len && target.base[i] != '/' && target.base[i] != '?') {
-        if (target.base[i] == '@')
-            return false;
+    while (i < target.len && target.base[i] != '/' && target.base[i] != '?')
         i++;
-    }
-    if (i == host)
+    if (i == host || !host_valid(tn_iov(target.base + host, i - host)))
         return false;
     *path = tn_iov(target.base + i, target.len - i);
     return true;
@@ -243,6 +256,8 @@ static int check_headers(tn_http_req_t *req)
         } else if (iov_ieq(h->name, "host")) {
             if (host)
                 return fail(req, 400, "more than one Host header");
+            if (!host_valid(h->value))
+                return fail(req, 400, "the Host header is no host[:port]");
             host = true;
         } else if (iov_ieq(h->name, "authorization")) {
             /* Whose credentials: a proxy in front may have read the other. */

@@ -21,7 +21,8 @@
  *     Transfer-Encoding it is 400. Transfer-Encoding (all its lines'
  *     codings) must end in `chunked`, once (400), and hold no other coding
  *     (501); in HTTP/1.0 it is 400 (RFC 9112 6.1). HTTP/1.1 needs Host
- *     (400). Host and Authorization come at most once (400).
+ *     (400), a host[:port] or empty (400). Host and Authorization come
+ *     at most once (400).
  *     `Expect: 100-continue` is noted; other expectations are 417.
  *
  * Every span points into the parsed buffer (borrowed). Thread safety: pure

@@ -131,6 +131,10 @@ static void test_strictness(void **state)
     expect_status("GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n", 400);
     expect_status("GET / HTTP/1.1\r\nHost: a\r\nX: a\x7f\r\n\r\n", 400);
     expect_status("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400);
+    expect_status("GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400);
+    expect_status("GET / HTTP/1.1\r\nHost: u@a\r\n\r\n", 400);
+    expect_status("GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", 400);
+    expect_status("GET http://a\"b/ HTTP/1.1\r\nHost: a\r\n\r\n", 400);
     /* Whose credentials? A proxy may read the other one. */
     expect_status("GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Basic eDp5\r\n"
                   "authorization: Basic eDp5\r\n\r\n",
@@ -174,6 +178,8 @@ static void test_strictness(void **state)
     assert_int_equal(parse("GET http://h?x=1 HTTP/1.1\r\nHost: a\r\n\r\n", &req, &used), 0);
     assert_true(iov_is(req.path, "/"));
     assert_true(iov_is(req.query, "x=1"));
+    assert_int_equal(parse("GET / HTTP/1.1\r\nHost: [::1]:4151\r\n\r\n", &req, &used), 0);
+    assert_int_equal(parse("GET / HTTP/1.1\r\nHost:\r\n\r\n", &req, &used), 0);
     assert_int_equal(parse("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", &req, &used), 0);
     assert_true(iov_is(req.path, "*"));
 }
