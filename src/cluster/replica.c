@@ -339,6 +339,7 @@ struct part_s {
     tn_plog_dmgrec_t dmg_rec;
     bool dmg_rec_busy, dmg_recorded;
     uint64_t dmg_stuck_logged_at; /* the last "cannot repair" line */
+    bool dmg_stuck;               /* no repair can reach the damage (check_damage) */
     bool rep_busy;                /* reading the range, or replacing the segment (a slot of
                                      rm->rep_slots held: rep_begin, rep_release) */
     bool rep_waiting;             /* ready to repair, waiting for a slot (its turn) */
@@ -3602,6 +3603,7 @@ static bool repair_ended(part_t *pt, int status, const char *what)
     }
     rep_release(pt);
     pt->dmg_logged = false;
+    pt->dmg_stuck = false;
     pt->dmg_recorded = false;
     rm->st.repairs++;
     return true;
@@ -4028,6 +4030,11 @@ static void check_damage(part_t *pt, uint64_t now)
         base = st.first_offset;
     }
     uint32_t leader = pt->core.ps.leader;
+    /* Waiting for a leader other than this node (or for the core to learn
+     * the metastore's epoch) passes; the other two stay until an admin
+     * acts: tn_replica_mends then says no. */
+    pt->dmg_stuck = pt->core.ps.partition_epoch >= ps->partition_epoch &&
+                    ((!where && !epochs) || leader == TN_PSTATE_NONE);
     if ((!where && !epochs) || pt->core.role != TN_REPL_FOLLOWER || leader == TN_PSTATE_NONE ||
         leader == rm->o.node || pt->core.ps.partition_epoch < ps->partition_epoch) {
         if (pt->core.ps.partition_epoch >= ps->partition_epoch &&
@@ -4855,6 +4862,14 @@ bool tn_replica_serving(tn_replica_t *rm, const char *topic, uint32_t p)
     return pt != NULL && pt->ready && tn_repl_serving(&pt->core);
 }
 
+bool tn_replica_mends(tn_replica_t *rm, const char *topic, uint32_t p)
+{
+    part_t *pt = part_find(rm, topic, p);
+    if (pt == NULL) /* not opened by the manager yet: its first tick decides */
+        return tn_meta_state_pstate(tn_meta_state(rm->o.meta), topic, p) != NULL;
+    return !pt->dead && (pt->src == SRC_OWN || pt->src == SRC_ENGINE) && !pt->dmg_stuck;
+}
+
 bool tn_replica_leads(tn_replica_t *rm, const char *topic, uint32_t p)
 {
     part_t *pt = part_find(rm, topic, p);
@@ -4893,6 +4908,15 @@ void tn_replica_each_own_log(tn_replica_t *rm, tn_replica_log_cb cb, void *arg)
     for (size_t i = 0; i < NBUCKETS; i++)
         for (part_t *pt = rm->buckets[i]; pt != NULL; pt = pt->next)
             if (!pt->dead && pt->src == SRC_OWN && pt->plog != NULL)
+                cb(arg, pt->topic, pt->p, pt->plog);
+}
+
+void tn_replica_each_follower_log(tn_replica_t *rm, tn_replica_log_cb cb, void *arg)
+{
+    for (size_t i = 0; i < NBUCKETS; i++)
+        for (part_t *pt = rm->buckets[i]; pt != NULL; pt = pt->next)
+            if (!pt->dead && pt->plog != NULL &&
+                (pt->src == SRC_OWN || (pt->src == SRC_ENGINE && !engine_local(rm, pt, NULL))))
                 cb(arg, pt->topic, pt->p, pt->plog);
 }
 

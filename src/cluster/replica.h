@@ -161,6 +161,14 @@ int tn_replica_accepts(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t
  * (replicated, not led here: never appended here, whatever the engine
  * holds). topic borrowed. */
 int tn_replica_may_append(tn_replica_t *rm, const char *topic, uint32_t p, tn_plog_t *pl);
+/* Whether damage found in this node's copy of (topic, p) (its log
+ * isolated with TN_ECORRUPT) is repaired from the partition's leader while
+ * the node runs ("Repair of a damaged replica" in docs/replication.md):
+ * the partition is replicated and its damage is in the records of a
+ * segment or in its epochs file, with a leader to copy from or one to come.
+ * Such a copy is no failure of the node's storage for /ping and /readyz.
+ * topic borrowed. Loop thread. */
+bool tn_replica_mends(tn_replica_t *rm, const char *topic, uint32_t p);
 /* Whether this node leads (topic, p) and serves it (deliveries, settles). */
 bool tn_replica_serving(tn_replica_t *rm, const char *topic, uint32_t p);
 /* Whether this node's core leads (topic, p) (serving or not yet). */
@@ -193,6 +201,11 @@ void tn_replica_on_lead(tn_replica_t *rm, tn_replica_lead_cb cb, void *arg);
  * not only its leader's. */
 typedef void (*tn_replica_log_cb)(void *arg, const char *topic, uint32_t p, tn_plog_t *pl);
 void tn_replica_each_own_log(tn_replica_t *rm, tn_replica_log_cb cb, void *arg);
+/* Each partition log the manager copies into that the engine does not
+ * serve: a follower's own, and the engine's log it set aside when the
+ * partition's lead went to another node. Called as above (/ping and
+ * /readyz count their failures). */
+void tn_replica_each_follower_log(tn_replica_t *rm, tn_replica_log_cb cb, void *arg);
 
 void tn_replica_stats(tn_replica_t *rm, tn_replica_stats_t *out);
 /* This node's replica of (topic, p): its hw and log end. 0, TN_ENOTFOUND

@@ -453,16 +453,18 @@ static void notify_stopping(daemon_t *d, const char *why)
     notify(d, "STOPPING=1\nSTATUS=%s", why);
 }
 
-/* READY=1 when /readyz would first answer 200 (the same test,
- * tn_nsq_http_ready): the engine has recovered, the doors are up
- * (api.ready), the metastore has caught up with its leader (in a cluster
- * that needs a quorum) and, with security on, the users can be judged
- * (the root user's seed applied: api/users.h). Polled every 100 ms from
- * the ready line until then; the STATUS line says what is awaited. */
+/* READY=1 when /readyz would first answer 200 (tn_nsq_http_started):
+ * the engine has recovered, the doors are up (api.ready), the metastore
+ * has caught up with its leader (in a cluster that needs a quorum) and,
+ * with security on, the users can be judged (the root user's seed
+ * applied: api/users.h). A storage failure that holds until a restart (a
+ * partition recovery isolated) keeps /readyz at 503 but not READY=1, which
+ * would then never come (the unit waits for it with no timeout). Polled every 100 ms from the ready
+ * line until then; the STATUS line says what is awaited. */
 static void on_ready_poll(uv_timer_t *t)
 {
     daemon_t *d = t->data;
-    if (!tn_nsq_http_ready(&d->api))
+    if (!tn_nsq_http_started(&d->api))
         return;
     uv_timer_stop(t);
     notify(d, "READY=1\nMAINPID=%ld\nSTATUS=serving: NSQ TCP port %d, HTTP port %d", (long)getpid(),

@@ -477,6 +477,14 @@ class Repair(RepairCase):
             wait_until(f"node {n.id} says it cannot repair", lambda n=n: "no leader to copy from"
                        in n.log(), timeout=90)
             self.assertEqual(self.repairs(n), 0)
+            # A copy no repair can reach is a storage failure of the node:
+            # nsqd's health says so and a load balancer takes it out.
+            status, text = n.nsq_http("GET", "/ping")
+            self.assertEqual(status, 500, (n.id, text))
+            self.assertTrue(text.startswith(f"NOK - partition {TOPIC}/0: ".encode()), text)
+            status, body = n.request("GET", "/readyz", auth=False)
+            self.assertEqual(status, 503, body)
+            self.assertTrue(body["error"].startswith(f"partition {TOPIC}/0: "), body)
             # Never the bad bytes: the damaged record is refused, or served
             # from memory as it was written (its digest holds).
             status, m = n.request("GET", f"/v1/topics/{TOPIC}/consume?partition=0&offset={off}")
@@ -662,6 +670,14 @@ class RepairCap(RepairCase):
         for p in range(CAP_PARTS):
             self.cap_flip(victim, p)
         self.cap_scrub(victim, range(CAP_PARTS))
+        # Copies that wait for (or undergo) their repair from the leader
+        # are no failure of this node's storage: every request it takes is
+        # served (by the leaders), so /ping stays OK and /readyz 200 (was:
+        # /ping 500 "NOK - partition rc/0: ...; it refuses writes until
+        # restart"). Some copy is still damaged after the look.
+        self.assertEqual(victim.nsq_http("GET", "/ping"), (200, b"OK"))
+        self.assertEqual(victim.readyz(), 200)
+        self.assertLess(self.repairs(victim), CAP_PARTS)
         wait_until(f"node {victim.id} repaired {CAP_PARTS} copies",
                    lambda: self.repairs(victim) >= CAP_PARTS, timeout=120)
         self.cap_whole()

@@ -208,6 +208,12 @@ class ScrubTest(unittest.TestCase):
                "it refuses writes until restart")
         self.assertEqual(self.request("GET", "/ping"), (500, nok.encode()))
         self.assertEqual(self.json("GET", "/stats?format=json")["health"], nok)
+        # ... and so does readiness: a load balancer stops routing here
+        # until an operator restarts the node (was: 200 {"status":"ready"}).
+        why = nok[len("NOK - "):]
+        self.assertEqual(self.request("GET", "/readyz", credentials=False),
+                         (503, ('{"error":"%s"}\n' % why).encode()))
+        self.assertEqual(self.metrics()["tern_ready"], 0)
 
         # Partition 0 is isolated, partition 1 serves.
         refused = self.produce(0, "after")

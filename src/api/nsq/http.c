@@ -13,6 +13,7 @@
 #include "api/users.h"
 #include "api/v1/common.h"
 #include "cluster/replerr.h"
+#include "cluster/replica.h"
 #include "proto/http/json.h"
 #include "proto/nsq/codec.h"
 #include "storage/io.h"
@@ -95,64 +96,102 @@ static void answer_done(tn_http_request_t *r)
 
 /* --- /ping, /info, health -------------------------------------------------- */
 
-/* Why channel logs refuse writes until a restart (/readyz and health). */
-static int logs_failed_why(const tn_nsq_http_t *api, char *out, size_t size)
-{
-    return snprintf(out, size,
-                    "%u channel log(s) failed to write (see the log); "
-                    "restart ternd once the disk is fixed",
-                    tn_broker_logs_failed(api->broker));
-}
-
-/* The failures health() names: the first one's words, and how many. */
+/* The failures of this node's storage: the first one's words, and how
+ * many. sticky: only those that hold until a restart (or an operator), for
+ * /readyz; else also those that clear by themselves (a full disk), for
+ * /ping. */
 typedef struct {
+    const tn_nsq_http_t *api;
+    bool sticky;
     char first[400];
     uint32_t n;
 } failures_t;
 
-static void part_failure(tn_topic_t *t, uint32_t p, void *arg)
+/* Counts the log of partition p of topic in f when it fails: its error
+ * (sticky), or with full its last write's full disk or descriptor
+ * refusal (cleared by the next write that succeeds). */
+static void log_failure(failures_t *f, const char *topic, uint32_t p, tn_plog_t *pl, bool full_too)
 {
-    failures_t *f = arg;
-    int err = tn_plog_err(t->parts[p]->plog);
-    int full = err == 0 ? tn_plog_nospace(t->parts[p]->plog) : 0;
+    int err = tn_plog_err(pl);
+    int full = err == 0 && full_too && !f->sticky ? tn_plog_nospace(pl) : 0;
     if (err == 0 && full == 0)
         return;
+    /* A replica's damaged copy that its leader's records repair while the
+     * node runs: every request this node takes is served meanwhile. */
+    tn_replica_t *rm = f->api->v1 != NULL ? f->api->v1->replica : NULL;
+    if (err == TN_ECORRUPT && rm != NULL && tn_replica_mends(rm, topic, p))
+        return;
     if (f->n++ == 0)
-        snprintf(f->first, sizeof(f->first), "partition %s/%" PRIu32 ": %s; %s", t->name, p,
+        snprintf(f->first, sizeof(f->first), "partition %s/%" PRIu32 ": %s; %s", topic, p,
                  tn_strerror(err != 0 ? err : full),
                  err != 0              ? "it refuses writes until restart"
                  : tn_io_nospace(full) ? "publishes to it fail until space is freed"
                                        : "publishes to it fail until a descriptor is free");
 }
 
+static void part_failure(tn_topic_t *t, uint32_t p, void *arg)
+{
+    log_failure(arg, t->name, p, t->parts[p]->plog, true);
+}
+
+/* A follower's copy (the engine does not serve it): only its sticky
+ * failure counts, as its full disk fails no publish (its leader's copy
+ * takes them; it fetches again once space is freed). */
+static void follower_failure(void *arg, const char *topic, uint32_t p, tn_plog_t *pl)
+{
+    log_failure(arg, topic, p, pl, false);
+}
+
+/* Fill f with the failures of this node's storage (f->sticky says which):
+ * channel logs that failed (until a restart) or found the disk full (until
+ * they write again), a partition's log (a follower's copy too) that failed
+ * (sticky, but for a replica's copy its leader repairs), or one whose last
+ * write found the disk full or no descriptor (until a write to it
+ * succeeds). */
+static void storage_failures(const tn_nsq_http_t *api, failures_t *f)
+{
+    f->n = 0;
+    if (api->broker == NULL)
+        return;
+    uint32_t failed = tn_broker_logs_failed(api->broker);
+    if (failed != 0 && f->n++ == 0)
+        snprintf(f->first, sizeof(f->first),
+                 "%" PRIu32 " channel log(s) failed to write (see the log); "
+                 "restart ternd once the disk is fixed",
+                 failed);
+    uint32_t full = f->sticky ? 0 : tn_broker_logs_full(api->broker);
+    if (full != 0 && f->n++ == 0)
+        snprintf(f->first, sizeof(f->first),
+                 "%" PRIu32 " channel log(s) found the disk full; their delivery resumes "
+                 "once space is freed",
+                 full);
+    tn_broker_each_local_part(api->broker, part_failure, f);
+    if (api->v1 != NULL && api->v1->replica != NULL)
+        tn_replica_each_follower_log(api->v1->replica, follower_failure, f);
+}
+
+/* The first failure's words, with how many more there are, after prefix
+ * and before suffix; out gets the text. */
+static int failures_text(const failures_t *f, const char *prefix, const char *suffix, char *out,
+                         size_t size)
+{
+    if (f->n <= 1)
+        return snprintf(out, size, "%s%s%s", prefix, f->first, suffix);
+    return snprintf(out, size, "%s%s (and %" PRIu32 " more)%s", prefix, f->first, f->n - 1, suffix);
+}
+
 /* nsqd's health (its GetHealth): "OK", or "NOK - <error>" while writes to
- * this node's storage fail: channel logs that failed (until a restart) or
- * found the disk full (until they write again), a partition's log that
- * failed (sticky), or one whose last write found the disk full (until a
- * write to it succeeds). The first failure found is
- * named, with how many more there are. out gets the text; returns
- * whether healthy. */
+ * this node's storage fail (storage_failures, all of them). The first
+ * failure found is named, with how many more there are. out gets the text;
+ * returns whether healthy. */
 static bool health(const tn_nsq_http_t *api, char *out, size_t size)
 {
-    failures_t f = {.n = 0};
-    if (api->broker != NULL) {
-        if (tn_broker_logs_failed(api->broker) != 0) {
-            logs_failed_why(api, f.first, sizeof(f.first));
-            f.n++;
-        }
-        if (tn_broker_logs_full(api->broker) != 0 && f.n++ == 0)
-            snprintf(f.first, sizeof(f.first),
-                     "%" PRIu32 " channel log(s) found the disk full; their delivery resumes "
-                     "once space is freed",
-                     tn_broker_logs_full(api->broker));
-        tn_broker_each_local_part(api->broker, part_failure, &f);
-    }
+    failures_t f = {.api = api, .sticky = false};
+    storage_failures(api, &f);
     if (f.n == 0)
         snprintf(out, size, "OK");
-    else if (f.n == 1)
-        snprintf(out, size, "NOK - %s", f.first);
     else
-        snprintf(out, size, "NOK - %s (and %" PRIu32 " more)", f.first, f.n - 1);
+        failures_text(&f, "NOK - ", "", out, size);
     return f.n == 0;
 }
 
@@ -199,13 +238,9 @@ static void on_healthz(tn_http_request_t *r, void *arg)
         tn_http_respond(r, 200, "application/json; charset=utf-8", NULL, ok, sizeof(ok) - 1);
 }
 
-bool tn_nsq_http_ready(tn_nsq_http_t *api)
+bool tn_nsq_http_started(tn_nsq_http_t *api)
 {
     if (!api->ready || tn_drain_active(api->drain))
-        return false;
-    /* A channel log that failed to write or sync: its acks can no longer
-     * be made durable (the error is sticky) until a restart. */
-    if (api->broker != NULL && tn_broker_logs_failed(api->broker) != 0)
         return false;
     if (api->meta == NULL)
         return true;
@@ -219,26 +254,44 @@ bool tn_nsq_http_ready(tn_nsq_http_t *api)
     return tn_meta_ready(api->meta) && tn_meta_caught_up(api->meta);
 }
 
+/* Whether a storage failure that holds until a restart keeps /readyz at
+ * 503; f gets them. A channel log that failed to write or sync can no
+ * longer make its acks durable, a partition log isolated refuses its
+ * writes and reads (the error is sticky). */
+static bool storage_stuck(const tn_nsq_http_t *api, failures_t *f)
+{
+    f->api = api;
+    f->sticky = true;
+    storage_failures(api, f);
+    return f->n != 0;
+}
+
+bool tn_nsq_http_ready(tn_nsq_http_t *api)
+{
+    failures_t f;
+    return tn_nsq_http_started(api) && !storage_stuck(api, &f);
+}
+
 static void on_readyz(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
     static const char ready[] = "{\"status\":\"ready\"}\n";
     static const char not_ready[] = "{\"error\":\"not ready\"}\n";
     static const char draining[] = "{\"status\":\"draining\"}\n";
+    failures_t f;
     if (tn_drain_active(api->drain))
         tn_http_respond(r, 503, "application/json; charset=utf-8", "Retry-After: 1\r\n", draining,
                         sizeof(draining) - 1);
-    else if (tn_nsq_http_ready(api))
-        tn_http_respond(r, 200, "application/json; charset=utf-8", NULL, ready, sizeof(ready) - 1);
-    else if (api->ready && api->broker != NULL && tn_broker_logs_failed(api->broker) != 0) {
-        /* Says what is wrong: a restart is the way back (operations.md). */
-        char why[160];
-        int n = snprintf(why, sizeof(why), "{\"error\":\"");
-        n += logs_failed_why(api, why + n, sizeof(why) - (size_t)n);
-        n += snprintf(why + n, sizeof(why) - (size_t)n, "\"}\n");
+    else if (api->ready && storage_stuck(api, &f)) {
+        /* Says what is wrong: a restart (after the disk or the damaged
+         * segment is dealt with) is the way back (operations.md). */
+        char why[512];
+        int n = failures_text(&f, "{\"error\":\"", "\"}\n", why, sizeof(why));
         tn_http_respond(r, 503, "application/json; charset=utf-8", "Retry-After: 1\r\n", why,
-                        (size_t)n);
-    } else
+                        TN_MIN((size_t)n, sizeof(why) - 1));
+    } else if (tn_nsq_http_started(api))
+        tn_http_respond(r, 200, "application/json; charset=utf-8", NULL, ready, sizeof(ready) - 1);
+    else
         tn_http_respond(r, 503, "application/json; charset=utf-8", "Retry-After: 1\r\n", not_ready,
                         sizeof(not_ready) - 1);
 }

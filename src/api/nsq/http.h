@@ -65,9 +65,16 @@ void tn_nsq_http_fini(tn_nsq_http_t *api);
  * what GET /config/nsqlookupd_tcp_addresses answers. 0 or UV_ENOMEM. */
 int tn_nsq_http_set_lookupds(tn_nsq_http_t *api, const char *addrs);
 
-/* What /readyz answers (and when ternd sends READY=1): ready, not
- * draining, and the metastore caught up; with security on, also the users
- * judged here (tn_users_ready: the root user's seed applied). */
+/* When ternd sends READY=1: ready, not draining, and the metastore caught
+ * up; with security on, also the users judged here (tn_users_ready: the
+ * root user's seed applied). */
+bool tn_nsq_http_started(tn_nsq_http_t *api);
+
+/* What /readyz answers (tern_ready): started, and no storage failure that
+ * holds until a restart (a channel log that failed to write or sync, a
+ * partition log isolated that no repair from a leader mends). A start
+ * that finds a partition isolated still sends READY=1: waiting for it
+ * would hold the start forever. */
 bool tn_nsq_http_ready(tn_nsq_http_t *api);
 
 /* Register the routes on srv; api is borrowed for the server's lifetime.
