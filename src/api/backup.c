@@ -299,31 +299,6 @@ static int mkdirs(const char *path)
     return 0;
 }
 
-/* Remove a directory tree (links and copies only: the originals keep
- * their own names). */
-static void rm_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d == NULL) {
-        unlink(path);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        char sub[PATH_MAX_LEN];
-        pathf(sub, sizeof(sub), "%s/%s", path, e->d_name);
-        struct stat st;
-        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_tree(sub);
-        else
-            unlink(sub);
-    }
-    closedir(d);
-    rmdir(path);
-}
-
 /* --- taking a session ------------------------------------------------------------ */
 
 typedef struct {
@@ -1467,7 +1442,7 @@ typedef struct {
 static void rm_work(uv_work_t *w)
 {
     rm_t *j = w->data;
-    rm_tree(j->path);
+    (void)tn_io_remove_tree(j->path); /* links and copies only: the originals keep their names */
 }
 
 static void rm_after(uv_work_t *w, int status)
@@ -2089,7 +2064,7 @@ int tn_backup_new(uv_loop_t *loop, tn_v1_t *v, tn_ilog_t *ilog, const tn_backup_
     /* Sessions do not outlive the process: what one left is removed. */
     char dir[PATH_MAX_LEN];
     pathf(dir, sizeof(dir), "%s/" SESSION_DIR, dp);
-    rm_tree(dir);
+    (void)tn_io_remove_tree(dir);
     uv_timer_init(loop, &bk->timer);
     bk->timer.data = bk;
     uv_timer_start(&bk->timer, on_tick, 1000, 1000);

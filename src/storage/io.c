@@ -21,6 +21,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -486,33 +487,6 @@ static uint64_t rng_next(uint64_t *s)
     return x;
 }
 
-static int rm_tree_contents(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return tn_err_from_errno(errno);
-    struct dirent *e;
-    int rc = 0;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) != 0)
-            continue;
-        if (S_ISDIR(st.st_mode)) {
-            rm_tree_contents(path);
-            if (rmdir(path) != 0)
-                rc = tn_err_from_errno(errno);
-        } else if (unlink(path) != 0) {
-            rc = tn_err_from_errno(errno);
-        }
-    }
-    closedir(d);
-    return rc;
-}
-
 static int cmp_len(const void *a, const void *b)
 {
     size_t la = strlen(((const nent_t *)a)->path), lb = strlen(((const nent_t *)b)->path);
@@ -554,7 +528,7 @@ int tn_io_sim_powerloss(uint64_t seed)
     }
     free(done);
 
-    int rc = rm_tree_contents(sim.root);
+    int rc = tn_io_remove_children(sim.root);
     if (dirs.n > 1)
         qsort(dirs.v, dirs.n, sizeof(*dirs.v), cmp_len);
     for (size_t i = 0; i < dirs.n; i++) {
@@ -1145,6 +1119,63 @@ int tn_io_unlink(const char *path)
     if (unlink(path) != 0)
         return tn_err_from_errno(errno);
     return 0;
+}
+
+static int remove_at(int dfd, const char *name);
+
+/* Remove the entries of the directory open as dfd (closed here). */
+static int remove_under(int dfd)
+{
+    DIR *d = fdopendir(dfd);
+    if (d == NULL) {
+        int rc = tn_err_from_errno(errno);
+        close(dfd);
+        return rc;
+    }
+    int rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        int r = remove_at(dirfd(d), e->d_name);
+        if (rc == 0)
+            rc = r;
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Remove name in the directory dfd: a directory with what it holds, or
+ * anything else (a symbolic link: the link) by unlinkat. A directory
+ * swapped for a link between the look and the open fails the open
+ * (O_NOFOLLOW: ELOOP) and is left alone. */
+static int remove_at(int dfd, const char *name)
+{
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? 0 : tn_err_from_errno(errno);
+    if (!S_ISDIR(st.st_mode))
+        return unlinkat(dfd, name, 0) == 0 || errno == ENOENT ? 0 : tn_err_from_errno(errno);
+    int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0)
+        return errno == ENOENT ? 0 : tn_err_from_errno(errno);
+    int rc = remove_under(sub);
+    if (unlinkat(dfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT && rc == 0)
+        rc = tn_err_from_errno(errno);
+    return rc;
+}
+
+int tn_io_remove_tree(const char *path)
+{
+    return remove_at(AT_FDCWD, path);
+}
+
+int tn_io_remove_children(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return tn_err_from_errno(errno);
+    return remove_under(fd);
 }
 
 int tn_io_mkdir(const char *path, int mode)

@@ -71,6 +71,17 @@ int tn_io_ftruncate(int fd, uint64_t len);
 int tn_io_fsize(int fd, uint64_t *size);
 int tn_io_rename(const char *from, const char *to);
 int tn_io_unlink(const char *path);
+/* Remove path and, when it is a directory, everything under it. A
+ * symbolic link is removed as a link, never followed, at any depth (the
+ * walk opens each directory with O_NOFOLLOW under its parent's descriptor
+ * and unlinks by name there), so nothing outside path is touched, even
+ * where a link is put in place of a directory during the walk. Best
+ * effort: what cannot be removed stays. 0 (also when path is gone) or the
+ * first error met. Blocks on disk; any thread. */
+int tn_io_remove_tree(const char *path);
+/* The same for everything under the directory dir, not dir itself;
+ * UV_ELOOP (or UV_ENOTDIR) when dir is a symbolic link. */
+int tn_io_remove_children(const char *dir);
 /* Hard-link `to` to the file `from` names now (a backup pinning a file that
  * tn_io_write_file_atomic replaces: a checkpoint, a floor). 0; UV_ENOENT
  * only when `from` names no file; UV_EAGAIN when it was replaced at each of

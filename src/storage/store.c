@@ -292,7 +292,6 @@ static void store_free(tn_store_t *store)
     tn_free(store);
 }
 
-static void rm_children(const char *dir);
 static void on_wake_closed(uv_handle_t *h);
 static int quarantine_sweep(tn_store_t *store, char *err, size_t errlen);
 
@@ -346,8 +345,9 @@ int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out
                   tn_strerror(rc));
         goto fail;
     }
-    /* What a deletion moved to trash/ before a crash is finished off. */
-    rm_children(trash);
+    /* What a deletion moved to trash/ before a crash is finished off (a
+     * link there is removed as a link: tn_io_remove_children). */
+    (void)tn_io_remove_children(trash);
     if ((rc = quarantine_sweep(store, err, errlen)) != 0)
         goto fail;
     tn__disk_check(store);
@@ -642,32 +642,6 @@ int tn_store_quarantine_dropped(const char *data_path, const char *topic, uint32
     return rc;
 }
 
-/* Remove everything under dir (not dir itself). Best effort: what cannot
- * be removed stays for the next attempt. */
-static void rm_children(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) != 0)
-            continue;
-        if (S_ISDIR(st.st_mode)) {
-            rm_children(path);
-            rmdir(path);
-        } else {
-            unlink(path);
-        }
-    }
-    closedir(d);
-}
-
 int tn_store_remove_topic(tn_store_t *store, const char *topic)
 {
     char from[4096], to[4400], trash[4000];
@@ -683,8 +657,11 @@ int tn_store_remove_topic(tn_store_t *store, const char *topic)
         return rc;
     if ((rc = tn_io_fsync_dir(store->topics_path)) != 0 || (rc = tn_io_fsync_dir(trash)) != 0)
         return rc;
-    rm_children(to);
-    rmdir(to);
+    /* Best effort: what stays is removed at the next start. A topic
+     * directory that is a symbolic link goes as a link: what it points
+     * to is not the topic's to remove, nor is anything a link inside
+     * points to. */
+    (void)tn_io_remove_tree(to);
     return 0;
 }
 

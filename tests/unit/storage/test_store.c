@@ -382,6 +382,79 @@ static void test_channel_stamp(void **state)
     free(dir);
 }
 
+static bool exists(const char *dir, const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* Deleting a topic whose directory is a symbolic link (to a directory
+ * outside the data directory) removes only the link: what it points to
+ * survives, files and subdirectories alike (was: removed as the topic's
+ * data, since the walk opened the renamed link as a directory). A link
+ * inside a real topic directory is removed as a link too, and so is one
+ * a crash left in trash/ at the next open. */
+static void test_remove_topic_symlink(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char *dir = tu_tempdir();
+    char *outside = tu_tempdir();
+    char sub[4096], link[4096];
+    write_text(outside, "precious", "keep me\n");
+    snprintf(sub, sizeof(sub), "%s/inner", outside);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    write_text(sub, "deeper", "keep me too\n");
+
+    tn_store_opts_t o;
+    tu_store_opts(&o, dir);
+    tn_store_t *s = tu_store_open(&loop, &o);
+    snprintf(link, sizeof(link), "%s/topics/linked", dir);
+    assert_int_equal(symlink(outside, link), 0);
+    assert_int_equal(tn_store_remove_topic(s, "linked"), 0);
+    char topics[4096], trash[4096];
+    snprintf(topics, sizeof(topics), "%s/topics", dir);
+    snprintf(trash, sizeof(trash), "%s/trash", dir);
+    assert_false(exists(topics, "linked"));
+    assert_true(exists(outside, "precious"));
+    assert_true(exists(sub, "deeper"));
+    char names[1024] = "";
+    assert_int_equal(tn_store_list_topics(s, add_name, names), 0);
+    assert_string_equal(names, "");
+
+    /* A real topic directory holding a link: the link goes, not its target. */
+    char real[4096];
+    snprintf(real, sizeof(real), "%s/topics/real", dir);
+    assert_int_equal(mkdir(real, 0755), 0);
+    snprintf(real, sizeof(real), "%s/topics/real/0", dir);
+    assert_int_equal(mkdir(real, 0755), 0);
+    write_text(real, "00000000000000000000.log", "");
+    snprintf(link, sizeof(link), "%s/topics/real/0/away", dir);
+    assert_int_equal(symlink(outside, link), 0);
+    assert_int_equal(tn_store_remove_topic(s, "real"), 0);
+    assert_false(exists(topics, "real"));
+    assert_true(exists(outside, "precious"));
+    assert_true(exists(sub, "deeper"));
+    tu_store_close(&loop, s);
+
+    /* A link left in trash/ (a crash between the rename and the removal). */
+    snprintf(link, sizeof(link), "%s/trash/linked.1", dir);
+    assert_int_equal(symlink(outside, link), 0);
+    s = tu_store_open(&loop, &o);
+    assert_false(exists(trash, "linked.1"));
+    assert_true(exists(outside, "precious"));
+    assert_true(exists(sub, "deeper"));
+    tu_store_close(&loop, s);
+    tu_loop_fini(&loop);
+    tu_rmrf(dir);
+    tu_rmrf(outside);
+    free(dir);
+    free(outside);
+}
+
 static void test_names(void **state)
 {
     (void)state;
@@ -433,6 +506,7 @@ int main(void)
         cmocka_unit_test(test_topic_stamp),
         cmocka_unit_test(test_channel_stamp),
         cmocka_unit_test(test_topic_pause),
+        cmocka_unit_test(test_remove_topic_symlink),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_open_alloc_failures),
     };
