@@ -842,6 +842,33 @@ class Restart(Base):
         status, body = self.admin("GET", f"/v1/topics/{t}")
         self.assertEqual(status, 404, (body, self.d.log()))
 
+    def test_a_creation_the_engine_refuses_keeps_no_record(self):
+        # The engine cannot make the topic's directory (a file has its
+        # name: ENOTDIR, as EACCES or an I/O error would): the creation
+        # answers 500 with the reason, and the record made for it is taken
+        # back, so the topic is not listed without its log, and a retry
+        # once the cause is gone creates it (was: 500 "create failed", the
+        # topic listed, and the retry met "topic already exists").
+        name = f"refused{uuid.uuid4().hex[:8]}"
+        blocker = os.path.join(self.dir, "data", "topics", name)
+        with open(blocker, "w") as f:
+            f.write("not a directory\n")
+        body = json.dumps({"name": name, "partitions": 2}).encode()
+        hdrs = {"Content-Type": "application/json"}
+        status, _, data = self.request("POST", "/v1/topics", body, ("admin", PASSWORD), hdrs)
+        self.assertEqual(status, 500, data)
+        status, rec = self.admin("GET", f"/v1/topics/{name}")
+        self.assertEqual(status, 404, rec)
+        self.assertEqual(json.loads(data)["error"], "create failed: not a directory")
+        # The purge of the record taken back removed what had the topic's
+        # name here, as a DELETE does: nothing is left in the retry's way.
+        self.assertFalse(os.path.exists(blocker))
+        status, _, data = self.request("POST", "/v1/topics", body, ("admin", PASSWORD), hdrs)
+        self.assertEqual(status, 201, data)
+        status, _, data = self.request("POST", f"/v1/topics/{name}/produce", b'{"n":1}',
+                                       ("admin", PASSWORD), hdrs)
+        self.assertEqual(status, 202, data)
+
     def test_recorded_topic_without_files_is_made_at_start(self):
         name = f"rec{uuid.uuid4().hex[:8]}"
         status, _, _ = self.request("POST", "/v1/topics",

@@ -19,6 +19,7 @@
 #include "api/access.h"
 #include "api/fanout.h"
 #include "proto/http/json.h"
+#include "storage/io.h"
 
 #include <inttypes.h>
 #include <stddef.h>
@@ -394,10 +395,12 @@ typedef struct {
     patch_t patch;         /* PATCH */
     int tries;             /* PATCH proposals refused because the record changed */
     int64_t created_at_ms; /* DELETE: the deleted record's, for the purge */
-    /* A creation the engine refused near the descriptor limit, whose
-     * record is being taken back (create_failed): the DELETE steps then
-     * answer the creation's 503. */
+    /* A creation the engine refused (near the descriptor limit, a full
+     * disk, any other error: refused), whose record is being taken back
+     * (create_failed): the DELETE steps then answer the creation's
+     * refusal (create_refused). */
     bool undo;
+    int refused;
 } op_t;
 
 static void op_cancel(tn_http_request_t *r)
@@ -473,24 +476,47 @@ static void on_channel_recorded(tn_meta_req_t *req, int status)
 
 static void on_delete_recorded(tn_meta_req_t *req, int status);
 
-/* The engine could not make op's topic or its channel: near the
- * descriptor limit a 503 to retry, else a 500. The 503 promises that
- * nothing is kept: the check before the record found room for one file,
- * not for every partition's, so the record is taken back (a TOPIC_DELETE
+/* What follows the error of a refused creation (but near the descriptor
+ * limit: TN__V1_FD_KEPT) whose record could not be taken back. */
+#define KEPT                                                                                       \
+    ", and its record could not be taken back (the metastore did not answer): delete the "         \
+    "topic, then create it again"
+
+/* The answer to a creation the engine refused with op->refused, its
+ * record taken back (kept: the metastore did not take it back): near the
+ * descriptor limit a 503 to retry, on a full disk a 507, else a 500 with
+ * the error. */
+static void create_refused(op_t *op, bool kept)
+{
+    int rc = op->refused;
+    if (rc == UV_EMFILE) {
+        op_end(op, 503, kept ? TN__V1_FD_KEPT : TN__V1_FD_FULL);
+        return;
+    }
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s%s%s",
+             tn_io_nospace(rc) ? "cannot create it now: " : "create failed: ", tn_strerror(rc),
+             kept                ? KEPT
+             : tn_io_nospace(rc) ? "; retry once space is freed"
+                                 : "");
+    op_end(op, tn_io_nospace(rc) ? 507 : 500, msg);
+}
+
+/* The engine could not make op's topic or its channel (rc). The answer
+ * promises that nothing is kept: the record is taken back (a TOPIC_DELETE
  * of it, then the purge of what this and other nodes made of it, as a
- * DELETE does) before the answer. Otherwise a retry would meet "topic
- * already exists" and a topic whose partitions were never made here. */
+ * DELETE does) before it. Otherwise the topic would be listed without its
+ * log here, and a retry would meet "topic already exists". Near the
+ * descriptor limit that is the usual case: the check before the record
+ * found room for one file, not for every partition's. */
 static void create_failed(op_t *op, int rc)
 {
     TN_LOG(TN_LOG_ERROR, "topic %s: creating it in the queue engine failed: %s", op->topic,
            tn_strerror(rc));
-    if (rc != UV_EMFILE) {
-        op_end(op, 500, "create failed");
-        return;
-    }
+    op->refused = rc;
     const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
     if (e == NULL || e->rec.created_at_ms != op->created_at_ms || op->v->closing) {
-        op_end(op, 503, TN__V1_FD_FULL); /* not this creation's record any longer */
+        create_refused(op, false); /* not this creation's record any longer */
         return;
     }
     tn_meta_cmd_t c;
@@ -1049,7 +1075,7 @@ static void on_purged(void *arg, int status, const char *error)
         if (status != 0)
             TN_LOG(TN_LOG_WARN, "topic %s: its refused creation is taken back; %s", op->topic,
                    error);
-        op_end(op, 503, TN__V1_FD_FULL);
+        create_refused(op, false);
         return;
     }
     if (status != 0) {
@@ -1069,10 +1095,10 @@ static void on_delete_recorded(tn_meta_req_t *req, int status)
             TN_LOG(TN_LOG_ERROR,
                    "topic %s: taking back the record of its refused creation failed: %s", op->topic,
                    tn_strerror(status));
-            op_end(op, 503, TN__V1_FD_KEPT);
+            create_refused(op, true);
             return;
         }
-        op_end(op, 503, TN__V1_FD_FULL);
+        create_refused(op, false);
         return;
     }
     if (status == TN_ENOTFOUND) {
