@@ -31,6 +31,9 @@ typedef struct gone_s gone_t;
 typedef struct claim_s claim_t;
 typedef struct asked_s asked_t;
 typedef struct purge_s purge_t;
+typedef struct fresh_s fresh_t;
+typedef struct undo_s undo_t;
+typedef struct parked_s parked_t;
 
 /* How long an NSQ publish waits for the partition it asked for here
  * (grow_here) before it fails: the proposal, its arrival in this replica
@@ -57,6 +60,9 @@ struct tn_catalog_s {
     uv_timer_t *ptimer; /* their deadlines and busy topics (made with the first purge) */
     uv_timer_t *retry;  /* the records made again after a refusal for descriptors
                            (make_refused; made with the first) */
+    fresh_t *fresh;     /* a lone node's: topics the gate recorded, not made yet */
+    undo_t *undoing;    /* their records being taken back (take_back) */
+    parked_t *parked;   /* creations of those topics waiting for that */
 #ifdef TN_TEST
     uv_timer_t *lag; /* TERN_TEST_CATALOG_LAG_MS: following the replica late */
     /* TERN_TEST_DELETIONS_AFTER_MS: how long deletions are held from the
@@ -213,6 +219,7 @@ struct gated_s {
     tn_catalog_t *c;
     char topic[TN_NAME_MAX + 1];
     char channel[TN_NAME_MAX + 1]; /* "": a topic creation */
+    int64_t created_at_ms;         /* a topic creation's record */
     gated_t *next;
 };
 
@@ -292,12 +299,177 @@ static tn_channel_t *engine_channel(const tn_catalog_t *c, const char *topic, co
     return ch;
 }
 
+/* --- a lone node's creations taken back ---------------------------------------- */
+
+/* A topic the gate recorded for a door's creation (an NSQ PUB to a new
+ * topic, /topic/create) on a lone node, until the engine made it
+ * (TN_EV_TOPIC_UP) or failed to (TN_EV_TOPIC_FAILED: take_back). */
+struct fresh_s {
+    char topic[TN_NAME_MAX + 1];
+    int64_t created_at_ms; /* the record's */
+    fresh_t *next;
+};
+
+/* The record of a creation the engine failed, being taken back (its
+ * TOPIC_DELETE under way). On the catalog's list until its callback; a
+ * catalog that stops first detaches it (c = NULL). */
+struct undo_s {
+    tn_meta_req_t req;
+    tn_catalog_t *c;
+    char topic[TN_NAME_MAX + 1];
+    int64_t created_at_ms;
+    undo_t *next;
+};
+
+/* A creation the gate saw for a topic whose record is being taken back:
+ * its record (cmd) is proposed once that ends, so it is never the old
+ * record that is deleted under it. */
+struct parked_s {
+    tn_gate_t *g;
+    tn_meta_cmd_t cmd;
+    parked_t *next;
+};
+
+static void gate_propose(tn_catalog_t *c, tn_gate_t *g, const char *topic, const char *channel,
+                         const tn_meta_cmd_t *cmd);
+
+/* Whether this node is the only member there can be (no cluster). */
+static bool lone(const tn_catalog_t *c)
+{
+    return !c->o.cluster && tn_meta_state(c->meta)->nmembers <= 1;
+}
+
+static void fresh_add(tn_catalog_t *c, const char *topic, int64_t created_at_ms)
+{
+    fresh_t *f = tn_calloc(1, sizeof(*f));
+    if (f == NULL)
+        return; /* its record stays if its making fails, as before */
+    snprintf(f->topic, sizeof(f->topic), "%s", topic);
+    f->created_at_ms = created_at_ms;
+    f->next = c->fresh;
+    c->fresh = f;
+}
+
+/* Take topic off the fresh list: its record's creation time, 0 when it
+ * was not there. */
+static int64_t fresh_take(tn_catalog_t *c, const char *topic)
+{
+    for (fresh_t **pp = &c->fresh; *pp != NULL; pp = &(*pp)->next) {
+        fresh_t *f = *pp;
+        if (strcmp(f->topic, topic) == 0) {
+            int64_t at = f->created_at_ms;
+            *pp = f->next;
+            tn_free(f);
+            return at;
+        }
+    }
+    return 0;
+}
+
+static bool undoing(const tn_catalog_t *c, const char *topic)
+{
+    for (const undo_t *u = c->undoing; u != NULL; u = u->next)
+        if (strcmp(u->topic, topic) == 0)
+            return true;
+    return false;
+}
+
+/* Propose the records of the creations parked for topic (all of them,
+ * refused with TN_ECLOSED: stopping). */
+static void unpark(tn_catalog_t *c, const char *topic, bool all)
+{
+    parked_t **pp = &c->parked;
+    while (*pp != NULL) {
+        parked_t *k = *pp;
+        if (!all && strcmp(k->cmd.topic.name, topic) != 0) {
+            pp = &k->next;
+            continue;
+        }
+        *pp = k->next;
+        if (all) {
+            tn_gate_done(k->g, TN_ECLOSED);
+        } else {
+            k->cmd.topic.created_at_ms = tn_now_wall_ms(); /* not the one taken back */
+            gate_propose(c, k->g, topic, "", &k->cmd);
+        }
+        tn_free(k);
+    }
+}
+
+static void on_undo_purged(void *arg, int status, const char *error)
+{
+    (void)arg;
+    (void)status;
+    (void)error; /* said by the purge; what is left goes at the next start */
+}
+
+static void on_taken_back(tn_meta_req_t *req, int status)
+{
+    undo_t *u = req->data;
+    tn_catalog_t *c = u->c;
+    if (c != NULL) {
+        undo_t **pp = &c->undoing;
+        while (*pp != u)
+            pp = &(*pp)->next;
+        *pp = u->next;
+        if (status != 0 && status != TN_ENOTFOUND) {
+            TN_LOG(TN_LOG_ERROR,
+                   "topic %s: taking back the record of its failed creation failed: %s; delete "
+                   "the topic, or publish to it again once the cause is fixed",
+                   u->topic, tn_strerror(status));
+        } else {
+            TN_LOG(TN_LOG_NOTICE,
+                   "topic %s: its record is taken back, as making it here failed (see above)",
+                   u->topic);
+            /* What the creation left on disk goes (tn_broker_sweep_bare). */
+            (void)tn_catalog_purge(c, u->topic, u->created_at_ms, TN_PURGE_WAIT_MS, on_undo_purged,
+                                   NULL);
+        }
+        unpark(c, u->topic, false);
+    }
+    tn_free(u);
+}
+
+/* The engine failed to make topic, whose record the gate made for that
+ * creation at created_at_ms: on a lone node the record is taken back (a
+ * TOPIC_DELETE, then the purge of what the creation left), so the topic
+ * is not listed without its log; the door's client was refused, and its
+ * next try records it anew. In a cluster the record also stands for the
+ * partitions other nodes made: the catalog makes it here again (make). */
+static void take_back(tn_catalog_t *c, const char *topic, int64_t created_at_ms)
+{
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), topic);
+    if (!lone(c) || e == NULL || e->rec.created_at_ms != created_at_ms ||
+        tn_broker_topic_find(c->broker, topic) != NULL || undoing(c, topic))
+        return; /* not that creation's record any longer, or made again */
+    undo_t *u = tn_calloc(1, sizeof(*u));
+    if (u == NULL)
+        return;
+    u->c = c;
+    snprintf(u->topic, sizeof(u->topic), "%s", topic);
+    u->created_at_ms = created_at_ms;
+    tn_meta_cmd_t cmd;
+    memset(&cmd, 0, sizeof(cmd));
+    cmd.type = TN_MC_TOPIC_DELETE;
+    snprintf(cmd.topic.name, sizeof(cmd.topic.name), "%s", topic);
+    u->req.data = u;
+    u->next = c->undoing;
+    c->undoing = u;
+    if (tn_meta_propose(c->meta, &u->req, &cmd, on_taken_back) != 0) {
+        c->undoing = u->next;
+        tn_free(u);
+    }
+}
+
 static void on_gate_recorded(tn_meta_req_t *req, int status)
 {
     gated_t *x = req->data;
     tn_gate_t *g = x->g;
     tn_catalog_t *c = x->c;
     bool no_topic = status == TN_ENOTFOUND;
+    /* Recorded for this creation (not there before it). */
+    if (status == 0 && c != NULL && x->channel[0] == '\0' && lone(c))
+        fresh_add(c, x->topic, x->created_at_ms);
     if (c != NULL) {
         gated_t **pp = &c->gated;
         while (*pp != x)
@@ -384,6 +556,26 @@ static void gate(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
         snprintf(cmd.topic.name, sizeof(cmd.topic.name), "%s", t->name);
         snprintf(cmd.channel, sizeof(cmd.channel), "%s", ch->name);
     }
+    if (ch == NULL && undoing(c, t->name)) {
+        parked_t *k = tn_calloc(1, sizeof(*k));
+        if (k == NULL) {
+            tn_gate_done(g, UV_ENOMEM);
+            return;
+        }
+        k->g = g;
+        k->cmd = cmd;
+        k->next = c->parked;
+        c->parked = k;
+        return; /* on_taken_back proposes it */
+    }
+    gate_propose(c, g, t->name, ch != NULL ? ch->name : "", &cmd);
+}
+
+/* Propose cmd, the record of topic (channel "") or of its channel, for
+ * the creation behind g, which goes on once it is committed. */
+static void gate_propose(tn_catalog_t *c, tn_gate_t *g, const char *topic, const char *channel,
+                         const tn_meta_cmd_t *cmd)
+{
     gated_t *x = tn_calloc(1, sizeof(*x));
     if (x == NULL) {
         tn_gate_done(g, UV_ENOMEM);
@@ -391,13 +583,13 @@ static void gate(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
     }
     x->g = g;
     x->c = c;
-    snprintf(x->topic, sizeof(x->topic), "%s", t->name);
-    if (ch != NULL)
-        snprintf(x->channel, sizeof(x->channel), "%s", ch->name);
+    snprintf(x->topic, sizeof(x->topic), "%s", topic);
+    snprintf(x->channel, sizeof(x->channel), "%s", channel);
+    x->created_at_ms = cmd->topic.created_at_ms;
     x->req.data = x;
     x->next = c->gated;
     c->gated = x;
-    int rc = tn_meta_propose(c->meta, &x->req, &cmd, on_gate_recorded);
+    int rc = tn_meta_propose(c->meta, &x->req, cmd, on_gate_recorded);
     if (rc != 0) {
         c->gated = x->next;
         tn_free(x);
@@ -450,6 +642,7 @@ static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const c
         if (tn_broker_topic(c->broker, topic, strlen(topic), false, 0, NULL, &t) == 0 &&
             t->record_created_ms == 0)
             record_topic(c, t);
+        (void)fresh_take(c, topic);
         /* A /v1 topic made (again) in the engine takes its record's settings. */
         const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), topic);
         if (e != NULL)
@@ -466,6 +659,12 @@ static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const c
         char what[TN_NAME_MAX + 16];
         snprintf(what, sizeof(what), "deletion of %s", topic);
         propose(c, &cmd, what);
+        break;
+    }
+    case TN_EV_TOPIC_FAILED: {
+        int64_t at = fresh_take(c, topic);
+        if (at != 0)
+            take_back(c, topic, at);
         break;
     }
     case TN_EV_CHANNEL_UP:
@@ -1588,6 +1787,11 @@ void tn_catalog_stop(tn_catalog_t *c)
 #endif
     for (gated_t *x = c->gated; x != NULL; x = x->next)
         x->c = NULL;
+    unpark(c, NULL, true);
+    for (undo_t *u = c->undoing; u != NULL; u = u->next)
+        u->c = NULL;
+    while (c->fresh != NULL)
+        (void)fresh_take(c, c->fresh->topic);
     /* Creations and deletions still under way finish without us. */
     for (pending_t *p = c->pending; p != NULL; p = p->next)
         p->c = NULL;

@@ -474,6 +474,8 @@ static void topic_create_done(uv_work_t *w, int status)
                 b->bare = x;
             }
         }
+        if (!t->memory)
+            tn__broker_event(b, TN_EV_TOPIC_FAILED, t->name, NULL);
         tn__topic_free(t);
     } else {
         if (stamp != 0)

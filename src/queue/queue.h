@@ -567,12 +567,15 @@ struct tn_pub_s {
     tn_pub_cb cb;
 };
 
-/* What the engine tells a listener (lookupd registration) about. */
+/* What the engine tells a listener (lookupd registration, the catalog)
+ * about. TN_EV_TOPIC_FAILED: a topic's creation failed (its waiters were
+ * told; the topic is gone from the engine). */
 typedef enum {
     TN_EV_TOPIC_UP = 1,
     TN_EV_TOPIC_DOWN,
     TN_EV_CHANNEL_UP,
     TN_EV_CHANNEL_DOWN,
+    TN_EV_TOPIC_FAILED,
 } tn_broker_event_t;
 
 typedef void (*tn_broker_event_cb)(void *arg, tn_broker_event_t ev, const char *topic,

@@ -14,13 +14,14 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import tempfile
 import unittest
 import uuid
 
 import daemon as daemon_mod
 from daemon import Daemon
-from nsqwire import Conn
+from nsqwire import FRAME_ERROR, FRAME_RESPONSE, Conn
 
 PASSWORD = "root-pw-for-tests"
 
@@ -868,6 +869,36 @@ class Restart(Base):
         status, _, data = self.request("POST", f"/v1/topics/{name}/produce", b'{"n":1}',
                                        ("admin", PASSWORD), hdrs)
         self.assertEqual(status, 202, data)
+
+    def test_an_nsq_auto_create_the_engine_refuses_keeps_no_record(self):
+        # A PUB to a new topic whose directory the engine cannot make (a
+        # file has its name): E_PUB_FAILED, and the record the gate made
+        # for it is taken back, so the topic is not listed without its log
+        # (was: listed until a later PUB made the topic); the next PUB once
+        # the cause is gone makes it.
+        name = f"nsqrefused{uuid.uuid4().hex[:8]}"
+        blocker = os.path.join(self.dir, "data", "topics", name)
+        with open(blocker, "w") as f:
+            f.write("not a directory\n")
+        c = Conn(self.d.tcp_port)
+        c.identify()
+        kind, data = c.pub(name, b"x")
+        self.assertEqual(kind, FRAME_ERROR, data)
+        self.assertTrue(data.startswith(b"E_PUB_FAILED"), data)
+        c.close()
+        deadline = time.monotonic() + 5
+        while self.admin("GET", f"/v1/topics/{name}")[0] != 404:
+            self.assertLess(time.monotonic(), deadline,
+                            self.admin("GET", f"/v1/topics/{name}"))
+            time.sleep(0.05)
+        if os.path.exists(blocker):
+            os.unlink(blocker)
+        c = Conn(self.d.tcp_port)
+        c.identify()
+        self.assertEqual(c.pub(name, b"y"), (FRAME_RESPONSE, b"OK"))
+        c.close()
+        status, rec = self.admin("GET", f"/v1/topics/{name}")
+        self.assertEqual(status, 200, rec)
 
     def test_recorded_topic_without_files_is_made_at_start(self):
         name = f"rec{uuid.uuid4().hex[:8]}"

@@ -306,6 +306,8 @@ static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const c
         case TN_EV_CHANNEL_DOWN:
             send_cmd(c, "UNREGISTER", topic, channel);
             break;
+        case TN_EV_TOPIC_FAILED:
+            break; /* never registered */
         }
     }
 }
