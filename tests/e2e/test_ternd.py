@@ -457,6 +457,11 @@ class TerndTest(unittest.TestCase):
         text = c.getresponse().read().decode()
         c.close()
         self.assertIn('tern_isolated_logs{log="partition"} 1\n', text)
+        # Serving the other partitions, but not ready for a load balancer
+        # until an operator restarts it with the segment dealt with.
+        st, body = http_get(d.http_port, "/readyz")
+        self.assertEqual(st, 503, body)
+        self.assertIn(b'{"error":"partition crash/1: ', body)
         self.assertEqual(d.stop(), 0, d.log())
 
 
