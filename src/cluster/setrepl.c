@@ -124,7 +124,9 @@
  * follower's storage error is sticky), except a write that finds the disk
  * full: those records fail alone (TN_WALOP_SPACE_OK, the WAL cut back),
  * the call is answered 507, and the leader's retry writes them once
- * there is room, with no restart. Meanwhile the follower confirms
+ * there is room, with no restart (a log the engine holds refuses the
+ * records with that error until it took its cursor back to the log's
+ * durable state: tn_broker_chan_apply). Meanwhile the follower confirms
  * nothing: while it is in the committed ISR settles wait for it as in
  * any failed call, until the leader shrinks it out for its record
  * copies' lag (the same disk fails them once a publish comes; nothing
@@ -1197,22 +1199,26 @@ static void flog_settle_waits(flog_t *fl)
     }
 }
 
+/* A record of fl failed alone for space (TN_WALOP_SPACE_OK), and with
+ * it the rest of its round: no request waiting now may say its records
+ * are on disk, and the leader's retry (from its last confirmed record)
+ * writes them all again, none skipped (a record written twice changes
+ * nothing: they set, never toggle, in stream order). */
+static void flog_space_failed(flog_t *fl, int status)
+{
+    for (freq_t *w = fl->waiting; w != NULL; w = w->next)
+        if (w->status == 0)
+            w->status = status;
+    fl->stream = 0;
+    fl->next_seq = 0;
+}
+
 static void on_follow_walop(tn_walop_t *op, int status)
 {
     freq_t *q = op->data;
     flog_t *fl = q->fl;
-    if (tn_io_nospace(status)) {
-        /* The record failed alone (TN_WALOP_SPACE_OK), and with it the
-         * rest of its round: no request waiting now may say its records
-         * are on disk, and the leader's retry (from its last confirmed
-         * record) writes them all again, none skipped (a record written
-         * twice changes nothing: they set, never toggle, in stream order). */
-        for (freq_t *w = fl->waiting; w != NULL; w = w->next)
-            if (w->status == 0)
-                w->status = status;
-        fl->stream = 0;
-        fl->next_seq = 0;
-    }
+    if (tn_io_nospace(status))
+        flog_space_failed(fl, status);
     /* Any other failure is sticky in the log: tn_chanlog_err. */
     flog_settle_waits(fl);
 }
@@ -1255,6 +1261,8 @@ static void on_engine_walop(tn_walop_t *op, int status)
     flog_t *fl = q->fl;
     if (status != 0 && q->status == 0)
         q->status = status;
+    if (tn_io_nospace(status))
+        flog_space_failed(fl, status); /* the engine takes its cursor back */
     if (--fl->inflight > 0)
         return;
     freq_t *w = fl->waiting;

@@ -23,6 +23,10 @@ typedef struct walop_s {
     uint64_t frontier_after;
     int64_t start_ns;
     bool fin; /* a FIN: counted in cp->fins_unsynced until it is durable */
+    /* A follower's record (tn_broker_chan_apply): the caller's request,
+     * borrowed until its callback, which on_apply_walop runs. */
+    tn_walop_t *outer;
+    tn_walop_cb outer_cb;
     struct walop_s *next_spare;
 } walop_t;
 
@@ -2090,6 +2094,30 @@ static void pend_drop_settled(tn_chpart_t *cp, const tn_walrec_t *rec)
     tn_free(offs);
 }
 
+/* A follower's record (tn_broker_chan_apply) completed. A write that
+ * found the disk full failed alone (TN_WALOP_SPACE_OK) with the cursor
+ * already applied: cp waits for space as a record of its own would
+ * (log_full), and full_resume takes the cursor back to the durable state,
+ * which the leader's retry then brings forward again. */
+static void on_apply_walop(tn_walop_t *op, int status)
+{
+    walop_t *w = TN_CONTAINER_OF(op, walop_t, op);
+    tn_chpart_t *cp = w->cp;
+    tn_channel_t *ch = cp->ch;
+    tn_broker_t *b = ch->topic->broker;
+    tn_walop_t *outer = w->outer;
+    tn_walop_cb cb = w->outer_cb;
+    if (tn_io_nospace(status) && cp->cl != NULL && tn_chanlog_err(cp->cl) == 0)
+        log_full(cp, status);
+    walop_put(w);
+    cb(outer, status);
+    /* The channel is held (busy) until after the caller's callback. */
+    ch->busy--;
+    if (ch->deleted && ch->busy == 0)
+        tn__channel_free(ch);
+    tn__broker_work_done(b);
+}
+
 int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel, uint32_t p,
                          const tn_walrec_t *rec, tn_walop_t *op, tn_walop_cb cb)
 {
@@ -2104,12 +2132,21 @@ int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel,
         return UV_EBUSY;
     /* A record the log refuses changes nothing here: the leader sends it
      * again (setrepl.c engine_write), and a REQ applied to the cursor on
-     * each try would count requeue_count once per try. */
+     * each try would count requeue_count once per try. So does one while
+     * the log waits for space (log_full): the cursor is to be taken back. */
+    if (cp->full != 0)
+        return cp->full;
     int rc = tn_chanlog_refuses(cp->cl, rec);
-    if (rc == 0)
-        rc = tn_cursor_apply(&cp->cur, rec);
     if (rc != 0)
         return rc;
+    walop_t *w = walop_get();
+    if (w == NULL)
+        return UV_ENOMEM;
+    rc = tn_cursor_apply(&cp->cur, rec);
+    if (rc != 0) {
+        walop_put(w);
+        return rc;
+    }
     /* A message put back by the leader waits here as there: until its
      * due time, with the attempts the record carries (a log opened from
      * its files does the same, tn__chpart_init), once this node serves
@@ -2129,7 +2166,18 @@ int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel,
     } else if (rec->op != TN_WAL_REQ) {
         pend_drop_settled(cp, rec);
     }
-    return tn_chanlog_submit(cp->cl, op, rec, cb);
+    memset(w, 0, sizeof(*w));
+    w->cp = cp;
+    w->outer = op;
+    w->outer_cb = cb;
+    rc = tn_chanlog_submit_ex(cp->cl, &w->op, rec, on_apply_walop, TN_WALOP_SPACE_OK);
+    if (rc != 0) {
+        walop_put(w);
+        return rc;
+    }
+    cp->ch->busy++;
+    b->workers++;
+    return 0;
 }
 
 int tn_consumer_ack(tn_consumer_t *c, uint32_t partition, uint64_t offset, uint32_t nonce)

@@ -893,9 +893,16 @@ void tn_broker_chan_repl_done(tn_broker_t *b, const char *topic, const char *cha
  * and placed elsewhere): applied to the channel's cursor, so the engine
  * serves it if it leads again (a REQ also waits there until its due time,
  * with its attempts, as one read from the log at its open), and queued to
- * its log with op and cb as tn_chanlog_submit. 0; TN_ENOTFOUND no such
- * channel partition or no log open for it here; UV_EBUSY the partition is
- * served here; or the cursor's or the log's error (cb never runs then). */
+ * its log: cb(op, status) runs once, as tn_chanlog_submit's would (op is
+ * borrowed until then, as a token: the engine writes the record through
+ * a request of its own). A write that finds the disk full fails alone,
+ * as the engine's own records do (TN_WALOP_SPACE_OK): cb gets the error,
+ * and until the engine sees the log can grow again and takes the cursor
+ * back to its durable state (tn_broker_logs_full counts it meanwhile),
+ * every record is refused with that error, so the leader's retry writes
+ * them again. 0; TN_ENOTFOUND no such channel partition or no log open
+ * for it here; UV_EBUSY the partition is served here; the disk-full
+ * error (above); or the cursor's or the log's error (cb never runs then). */
 int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel, uint32_t p,
                          const tn_walrec_t *rec, tn_walop_t *op, tn_walop_cb cb);
 /* Call fn(t, p, arg) for each partition p whose log is here of every

@@ -614,6 +614,25 @@ static void test_follower_writes(void **state)
     ffx_free(f);
 }
 
+/* The records the full-disk tests write: the first alone, then the next
+ * two on a full disk, then the last three once there is room. */
+static const tn_walrec_t full_disk_recs[4] = {
+    {.op = TN_WAL_FIN, .offset = 0},
+    {.op = TN_WAL_FIN, .offset = 1},
+    {.op = TN_WAL_REQ, .offset = 2, .due_ms = 5, .attempts = 2},
+    {.op = TN_WAL_FIN, .offset = 3},
+};
+
+/* cur holds every one of full_disk_recs. */
+static void assert_full_disk_recs(const tn_cursor_t *cur)
+{
+    assert_int_equal(cur->frontier, 2);
+    assert_true(tn_cursor_is_settled(cur, 3));
+    const tn_requeue_t *rq = tn_cursor_requeued(cur, 2);
+    assert_non_null(rq);
+    assert_int_equal(rq->attempts, 2);
+}
+
 /* A follower's channel log that finds the disk full fails those records
  * alone (507): the leader's retry once there is room writes them, with
  * no restart, and the records after them follow. */
@@ -622,12 +641,7 @@ static void test_follower_full_disk(void **state)
     (void)state;
     ffx_t *f = ffx_new();
     tu_rpc_raw_t r;
-    tn_walrec_t a[4] = {
-        {.op = TN_WAL_FIN, .offset = 0},
-        {.op = TN_WAL_FIN, .offset = 1},
-        {.op = TN_WAL_REQ, .offset = 2, .due_ms = 5, .attempts = 2},
-        {.op = TN_WAL_FIN, .offset = 3},
-    };
+    const tn_walrec_t *a = full_disk_recs;
     assert_int_equal(push(f, 3, 77, 1, a, 1, &r), 204); /* zeros ahead of the WAL */
     tn_io_fail_write_after(0, UV_ENOSPC);
     assert_int_equal(push(f, 3, 77, 2, a + 1, 2, &r), 507);
@@ -641,11 +655,7 @@ static void test_follower_full_disk(void **state)
     release_orders(f);
     tn_cursor_t cur;
     read_back(f, &cur);
-    assert_int_equal(cur.frontier, 2);
-    assert_true(tn_cursor_is_settled(&cur, 3));
-    const tn_requeue_t *rq = tn_cursor_requeued(&cur, 2);
-    assert_non_null(rq);
-    assert_int_equal(rq->attempts, 2);
+    assert_full_disk_recs(&cur);
     tn_cursor_fini(&cur);
     ffx_free(f);
 }
@@ -1784,18 +1794,11 @@ static void on_eng_followed(void *arg, int status)
     *(bool *)arg = true;
 }
 
-/* A record the follower's engine refused (tn_broker_chan_apply: here the
- * partition was still served here, UV_EBUSY, as in a placement that lags
- * the metastore) is not taken as written: the request fails (500), and
- * the leader's retry writes it. Before, the refused first call of a
- * stream marked the stream's records up to its last as written: the
- * retry skipped them all and was answered 204, the FIN in no log here,
- * and the leader counted this node as having it. */
-static void test_follower_engine_refusal_retried(void **state)
+/* f's replicator made anew with an engine on its store (*bp) that has
+ * topic "orders" (2 partitions, partition 1 served here: eng_serves) and
+ * its channel "billing" (*chp); node 1 of the RPC pair. */
+static tn_topic_t *engine_follower_open(ffx_t *f, tn_broker_t **bp, tn_channel_t **chp)
 {
-    (void)state;
-    ffx_t *f = ffx_new();
-    /* The follower's replicator with an engine on its store. */
     tu_rpc_pair_close(&f->rpc, &f->loop);
     closed_flag = false;
     tn_setrepl_close(f->s, on_closed, NULL);
@@ -1840,24 +1843,25 @@ static void test_follower_engine_refusal_retried(void **state)
     size_t nh = 0;
     tn_setrepl_handlers(f->s, h, &nh);
     tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
+    *bp = b;
+    *chp = ch;
+    return t;
+}
 
-    /* Node 2 leads partition 1 (script_ps), the engine serves it still. */
-    tu_rpc_raw_t r;
-    tn_walrec_t a[1] = {{.op = TN_WAL_FIN, .offset = 0}};
-    assert_int_equal(push(f, 3, 77, 1, a, 1, &r), 500);
-    /* The placement caught up: the log is set aside, the engine holds
-     * the channel's log. The retry's record is written. */
+/* The placement caught up with the metastore (node 2 leads partition 1):
+ * the engine sets its log aside and holds it as a follower's. */
+static void engine_follower_set_aside(ffx_t *f, tn_topic_t *t)
+{
     eng_serves = false;
     bool followed = false;
     assert_int_equal(tn_topic_follow_placement(t, on_eng_followed, &followed), 0);
     tu_run_until(&f->loop, &followed);
     assert_false(tn_topic_part_local(t, 1));
-    assert_int_equal(push(f, 3, 77, 1, a, 1, &r), 204);
-    assert_true(tn_cursor_is_settled(&ch->parts[1]->cur, 0));
-    tn_setrepl_stats_t st;
-    tn_setrepl_stats(f->s, &st);
-    assert_int_equal(st.served_records, 1);
+}
 
+/* engine_follower_open's replicator, engine, store and f closed. */
+static void engine_follower_close(ffx_t *f, tn_broker_t *b)
+{
     tu_rpc_pair_close(&f->rpc, &f->loop);
     closed_flag = false;
     tn_setrepl_close(f->s, on_closed, NULL);
@@ -1870,6 +1874,79 @@ static void test_follower_engine_refusal_retried(void **state)
     tu_rmrf(f->dir);
     free(f->dir);
     free(f);
+}
+
+/* A record the follower's engine refused (tn_broker_chan_apply: here the
+ * partition was still served here, UV_EBUSY, as in a placement that lags
+ * the metastore) is not taken as written: the request fails (500), and
+ * the leader's retry writes it. Before, the refused first call of a
+ * stream marked the stream's records up to its last as written: the
+ * retry skipped them all and was answered 204, the FIN in no log here,
+ * and the leader counted this node as having it. */
+static void test_follower_engine_refusal_retried(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    tn_broker_t *b = NULL;
+    tn_channel_t *ch = NULL;
+    tn_topic_t *t = engine_follower_open(f, &b, &ch);
+
+    /* Node 2 leads partition 1 (script_ps), the engine serves it still. */
+    tu_rpc_raw_t r;
+    tn_walrec_t a[1] = {{.op = TN_WAL_FIN, .offset = 0}};
+    assert_int_equal(push(f, 3, 77, 1, a, 1, &r), 500);
+    /* The placement caught up: the log is set aside, the engine holds
+     * the channel's log. The retry's record is written. */
+    engine_follower_set_aside(f, t);
+    assert_int_equal(push(f, 3, 77, 1, a, 1, &r), 204);
+    assert_true(tn_cursor_is_settled(&ch->parts[1]->cur, 0));
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(f->s, &st);
+    assert_int_equal(st.served_records, 1);
+    engine_follower_close(f, b);
+}
+
+/* A follower whose engine holds the channel's log (tn_broker_chan_apply)
+ * and finds the disk full fails those records alone, as its own log does
+ * (test_follower_full_disk): answered 507, the log not failed (nothing
+ * sticky, /readyz stays ready), and once there is room the leader's retry
+ * writes the same records, none skipped and a REQ counted once. */
+static void test_follower_engine_full_disk(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    tn_broker_t *b = NULL;
+    tn_channel_t *ch = NULL;
+    tn_topic_t *t = engine_follower_open(f, &b, &ch);
+    engine_follower_set_aside(f, t);
+    tu_rpc_raw_t r;
+    const tn_walrec_t *a = full_disk_recs;
+    assert_int_equal(push(f, 3, 77, 1, a, 1, &r), 204); /* zeros ahead of the WAL */
+    tn_io_fail_write_after(0, UV_ENOSPC);
+    uint16_t st1 = push(f, 3, 77, 2, a + 1, 2, &r);
+    tn_io_fail_write_after(-1, 0);
+    printf("full disk: %u %s; logs failed %u\n", st1, r.body, tn_broker_logs_failed(b));
+    assert_int_equal(st1, 507);
+    assert_non_null(strstr(r.body, "disk full"));
+    assert_int_equal(tn_broker_logs_failed(b), 0);
+    /* Room again: the leader retries until the log takes the records
+     * (refused with 507 until the engine saw that the log can grow). */
+    uint16_t st2 = 0;
+    for (int i = 0; i < 100 && st2 != 204; i++) {
+        st2 = push(f, 3, 77, 2, a + 1, 3, &r);
+        if (st2 != 204 && st2 != 507)
+            break;
+        if (st2 != 204)
+            usleep(50000);
+    }
+    printf("after space returned: %u %s\n", st2, st2 == 204 ? "" : r.body);
+    assert_int_equal(st2, 204);
+    assert_int_equal(tn_broker_logs_failed(b), 0);
+    assert_int_equal(tn_broker_logs_full(b), 0);
+    tn_chpart_t *cp = ch->parts[1];
+    assert_full_disk_recs(&cp->cur);
+    assert_int_equal(cp->cur.requeue_count, 1);
+    engine_follower_close(f, b);
 }
 
 int main(void)
@@ -1900,6 +1977,7 @@ int main(void)
         cmocka_unit_test(test_move_adds_a_follower_anew),
         cmocka_unit_test(test_lagging_follower_gets_no_gap),
         cmocka_unit_test(test_follower_engine_refusal_retried),
+        cmocka_unit_test(test_follower_engine_full_disk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
