@@ -7,7 +7,8 @@
  *      the WAL length known durable), write them with one pwrite, and
  *      apply each to the committer's replica of the cursor. A write that
  *      finds the disk full, of a round whose records all allow it
- *      (TN_WALOP_SPACE_OK), cuts the WAL back and fails that round's
+ *      (TN_WALOP_SPACE_OK), cuts the WAL back (ftruncate, fdatasync:
+ *      no frame of the round survives a crash) and fails that round's
  *      records alone: nothing of them was applied or synced.
  *   3. fdatasync each log written; a failure is sticky for that log.
  *   4. Complete every record of the round.
@@ -339,19 +340,29 @@ static void fail_round(tn_chanlog_t *cl, int rc)
         op->s.status = rc;
 }
 
-/* The WAL write of this round failed with rc (nothing applied yet). */
+/* The WAL write of this round failed with rc (nothing applied yet). A
+ * full disk's short write may have put whole frames of the round in the
+ * file: the cut-back is synced before the round's records are answered,
+ * else a crash could keep those frames (their truncation lost with the
+ * page cache) and replay records that were refused, a FIN answered with
+ * the error turning out settled. */
 static void write_failed(tn_chanlog_t *cl, int rc)
 {
     bool space = tn_io_nospace(rc);
     for (tn_walop_t *op = cl->rhead; space && op != NULL; op = op->pnext)
         space = op->space_ok;
-    int cut = space ? tn_io_ftruncate(cl->fd, cl->wal_size) : 0;
+    int cut = 0;
+    const char *what = "writing the WAL";
+    if (space && (cut = tn_io_ftruncate(cl->fd, cl->wal_size)) != 0)
+        what = "cutting the WAL back after a full disk";
+    else if (space && (cut = tn_io_fdatasync(cl->fd)) != 0)
+        what = "fdatasync of the WAL cut back after a full disk"; /* sticky as any */
     if (space && cut == 0) {
         cl->alloc = cl->wal_size;
         TN_LOG_RL(TN_LOG_WARN, 60000, "channel %s in %s: writing the WAL: %s", cl->name, cl->dir,
                   tn_strerror(rc));
     } else {
-        set_sticky(cl, cut != 0 ? cut : rc, "writing the WAL");
+        set_sticky(cl, cut != 0 ? cut : rc, "%s", what);
     }
     fail_round(cl, rc);
 }

@@ -39,6 +39,7 @@
 #ifdef TN_TEST
 static atomic_long fail_write_countdown = -1;
 static atomic_int fail_write_err;
+static atomic_size_t fail_write_keep; /* bytes the failing write writes first */
 static atomic_long fail_sync_countdown = -1;
 static atomic_int fail_sync_err;
 static atomic_long fail_create_countdown = -1;
@@ -60,8 +61,32 @@ static int injected(atomic_long *countdown, atomic_int *err)
 
 void tn_io_fail_write_after(long n, int err)
 {
+    tn_io_fail_write_partial(n, err, 0);
+}
+
+void tn_io_fail_write_partial(long n, int err, size_t keep)
+{
     atomic_store(&fail_write_err, err);
+    atomic_store(&fail_write_keep, keep);
     atomic_store(&fail_write_countdown, n);
+}
+
+/* The first keep bytes of iov written at off (the injected failure's
+ * short write); the injection has fired, so this write goes through. */
+static void write_prefix(int fd, const tn_iov_t *iov, int iovcnt, uint64_t off, size_t keep)
+{
+    tn_iov_t *v = malloc((size_t)iovcnt * sizeof(*v));
+    if (v == NULL)
+        abort();
+    int n = 0;
+    for (; n < iovcnt && keep > 0; n++) {
+        v[n] = iov[n];
+        if (v[n].len > keep)
+            v[n].len = keep;
+        keep -= v[n].len;
+    }
+    (void)tn_io_pwritev(fd, v, n, off);
+    free(v);
 }
 
 void tn_io_fail_sync_after(long n, int err)
@@ -832,8 +857,12 @@ int tn_io_pwritev(int fd, const tn_iov_t *iov, int iovcnt, uint64_t off)
 {
 #ifdef TN_TEST
     int inj = injected(&fail_write_countdown, &fail_write_err);
-    if (inj != 0)
+    if (inj != 0) {
+        size_t keep = atomic_exchange(&fail_write_keep, 0);
+        if (keep > 0)
+            write_prefix(fd, iov, iovcnt, off, keep);
         return inj;
+    }
 #endif
     int rc = sim_write(fd, iov, iovcnt, off);
     if (rc != 0)

@@ -137,6 +137,9 @@ void tn_io_sim_stop(void);
 /* Fault injection outside the simulator: make the nth next write (or
  * fdatasync/fsync) fail with err, once. n < 0 disarms. */
 void tn_io_fail_write_after(long n, int err);
+/* The same, but that write first writes its first keep bytes (a short
+ * write, as a file system that runs out of space partway gives). */
+void tn_io_fail_write_partial(long n, int err, size_t keep);
 void tn_io_fail_sync_after(long n, int err);
 /* The same for the nth next open that creates a file (O_CREAT). */
 void tn_io_fail_create_after(long n, int err);
