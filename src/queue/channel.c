@@ -2450,6 +2450,15 @@ int tn_channel_pause(tn_channel_t *ch, bool paused)
 {
     if (ch->state != TN_OBJ_READY)
         return UV_EAGAIN;
+    /* A log held here that cannot take the record (full, failed): refused
+     * before anything changes, so the answer (an error) and what a restart
+     * loads (the pause file, the logs) agree. Taken in memory and in the
+     * pause file, as it was, the channel stayed paused past an error. */
+    for (uint32_t i = 0; i < ch->topic->nparts; i++) {
+        int err = ch->parts[i]->part->remote ? 0 : log_failed(ch->parts[i]);
+        if (err != 0)
+            return err;
+    }
     ch->paused = paused;
     if (!ch->memory) {
         /* The node's pause, whatever it leads (a restart loads it). */

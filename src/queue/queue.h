@@ -976,7 +976,9 @@ void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out);
  * durable channel the node's pause file is written (what a restart
  * loads) and a record is queued to the log of each partition held here
  * (durable once tn_channel_sync_all's cb ran with 0). Other nodes are
- * not told. 0 or the first error. */
+ * not told. 0 or the first error; when the log of a partition held here
+ * cannot take records (found the disk full, or failed), that error with
+ * nothing changed (neither the pause, nor its file, nor any log). */
 int tn_channel_pause(tn_channel_t *ch, bool paused);
 /* Drop everything the channel holds: its backlog up to the tail, deferred
  * and requeued messages, and what is in flight (later FINs for those

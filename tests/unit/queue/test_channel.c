@@ -347,6 +347,50 @@ static void test_full_disk_keeps_timeouts(void **state)
     qfx_free(q);
 }
 
+/* A pause (or an unpause) asked while a channel log of the channel is
+ * full is refused with the error and changes nothing: not the channel's
+ * pause, its pause file, nor any log (the door answers 503, and a
+ * restart finds the channel as the answer said). Once space returns it
+ * is taken. Before, the refusal came after the pause took effect: the
+ * channel paused, its pause file written, the answer an error. */
+static void test_pause_on_a_full_log_refused(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    qfx_sink_t s;
+    tn_channel_t *ch = sink_with(q, &s, 3);
+    /* A first record puts zeros ahead of the WAL: the next one's frame
+     * is the write that fails. */
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[2].offset, s.d[2].nonce), 0);
+    sync_ch(q, ch, 0, 0);
+    tn_io_fail_write_after(0, UV_ENOSPC);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[0].offset, s.d[0].nonce), 0);
+    sync_ch(q, ch, 0, UV_ENOSPC);
+    tn_io_fail_write_after(-1, 0);
+    assert_true(qfx_run_until(q, one_log_full, q->b));
+    uint64_t submitted = tn_chanlog_submitted(ch->parts[0]->cl);
+    int rc = tn_channel_pause(ch, true);
+    printf("pause on a full log: %s, paused %d, pause file writes asked %" PRIu64 "\n",
+           tn_err_name(rc), ch->paused, ch->pause_asked);
+    assert_int_equal(rc, UV_ENOSPC);
+    assert_false(ch->paused);
+    assert_int_equal(ch->pause_asked, 0);
+    assert_int_equal(tn_chanlog_submitted(ch->parts[0]->cl), submitted);
+    /* Space again: the pause is taken, and kept by a restart. */
+    assert_true(qfx_run_until(q, no_log_full, q->b));
+    assert_int_equal(tn_channel_pause(ch, true), 0);
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_channel_sync_all(ch, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
+    assert_int_equal(w.status, 0);
+    tn_consumer_detach(&s.c);
+    qfx_restart(q);
+    ch = channel(q, "t", "c");
+    assert_true(ch->paused);
+    assert_true(ch->parts[0]->cur.paused);
+    qfx_free(q);
+}
+
 /* A channel log write that fails: the FIN's wait ends with the error, the
  * FIN never counts as finished, and every later settle is refused with its
  * lease as it was. */
@@ -2355,6 +2399,7 @@ int main(void)
         cmocka_unit_test(test_fin_full_disk),
         cmocka_unit_test(test_full_disk_later_fin_keeps_gc_bound),
         cmocka_unit_test(test_full_disk_keeps_timeouts),
+        cmocka_unit_test(test_pause_on_a_full_log_refused),
         cmocka_unit_test(test_credit_limits_inflight),
         cmocka_unit_test(test_req_delay_and_attempts),
         cmocka_unit_test(test_timeout_redelivers_and_touch),
