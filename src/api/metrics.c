@@ -339,6 +339,10 @@ int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
     scalar(b, "tern_gc_segments_total", "counter", "segments reclaimed", br->gc_segments);
     scalar(b, "tern_disk_high", "gauge", "1 while publishes are refused for lack of disk",
            tn_store_disk_high(st) ? 1 : 0);
+    scalar(b, "tern_channel_logs_full", "gauge",
+           "channel logs (one per channel and partition) whose write found the disk full: "
+           "their delivery and settles wait for space",
+           tn_broker_logs_full(br));
     const tn__committer_t *cs[2] = {&st->logc, &st->walc};
     const char *logs[2] = {"partition", "channel"};
     family(b, "tern_commit_flowing", "gauge",

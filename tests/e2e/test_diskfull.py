@@ -33,7 +33,7 @@ IMAGE_BYTES = 16 << 20
 SPARE_BYTES = 2 << 20  # the file the test deletes to give space back
 BODY = 4000
 FLAGS = ("--segment-bytes=1MiB", "--disk-high-watermark=100", "--disk-low-watermark=99",
-         "--disk-min-free-bytes=0", "--disk-check-interval=1m")
+         "--disk-min-free-bytes=0", "--disk-check-interval=1m", "--metrics-address=127.0.0.1:0")
 
 
 def mount_small_fs(mnt, image):
@@ -132,6 +132,24 @@ class DiskFull(unittest.TestCase):
                 return r.status, r.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()
+
+    def gauge(self, d, name):
+        """The value /metrics (its own listener) gives the unlabelled name."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{d.metrics_port}/metrics",
+                                    timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        self.fail(f"/metrics has no {name}")
+
+    def paused(self, d, channel):
+        status, body = self.http(d, "/stats?format=json&topic=t")
+        self.assertEqual(status, 200, body)
+        for t in json.loads(body)["topics"]:
+            for c in t["channels"]:
+                if c["channel_name"] == channel:
+                    return c["paused"]
+        self.fail(f"/stats has no channel {channel}")
 
     def health(self, d):
         """/ping's answer, and the health /stats gives in JSON and text
@@ -369,6 +387,11 @@ class DiskFull(unittest.TestCase):
         self.assertEqual(self.http(d, "/readyz")[0], 200)
         self.assert_unhealthy(d, "1 channel log(s) found the disk full; their delivery resumes "
                               "once space is freed")
+        self.assertEqual(self.gauge(d, "tern_channel_logs_full"), 1)
+        # A pause meanwhile is refused and changes nothing (its record
+        # cannot go to the full log): the answer and the channel agree.
+        status, body = self.http(d, "/channel/pause?topic=t&channel=k", b"")
+        self.assertEqual((status, self.paused(d, "k")), (503, False), body)
         t0 = cpu_ticks(d.proc.pid)
         time.sleep(2)
         self.assertLess(cpu_ticks(d.proc.pid) - t0, 50, "ternd busy on a full disk")
@@ -381,6 +404,7 @@ class DiskFull(unittest.TestCase):
         while self.health(d)[1] != "OK" and time.monotonic() < deadline:
             time.sleep(0.2)
         self.assert_healthy(d)
+        self.assertEqual(self.gauge(d, "tern_channel_logs_full"), 0)
         again = self.consume_all(d, "k")
         self.assertFalse(refused - again, "refused FINs' messages not delivered again")
         self.assertEqual(set(ids.values()) | again, set(range(300)))
