@@ -86,6 +86,7 @@ struct runner_s {
     part_t **parts; /* by partition; each its own allocation (requests point at it) */
     uint32_t nparts;
     uint32_t outs;   /* requests under way */
+    uint32_t moves;  /* dead-letter moves under way (dlmove_t) */
     uint32_t nlocal; /* parent partitions led here (on_tick): they share the hold */
     bool attached, dead, stale, waiting;
     tn_waiter_t wait;
@@ -110,6 +111,10 @@ struct tn_rchild_s {
     uint64_t sent;                     /* messages the remotes accepted, since start */
     uint64_t dead_letters;             /* messages moved to dead-letter topics, since start */
     uint64_t failures[TN_RC_NCLASSES]; /* failed sends by class */
+    /* Dead-letter moves under way (dlmove_t): they count here when they
+     * end, so a closed one is freed only after the last (timer_closed). */
+    uint32_t moves;
+    bool timer_closed;
 };
 
 /* --- held messages --------------------------------------------------------------- */
@@ -137,7 +142,7 @@ static void part_clear(part_t *p)
 
 static void runner_maybe_free(runner_t *r)
 {
-    if (!r->dead || r->outs > 0 || r->waiting)
+    if (!r->dead || r->outs > 0 || r->moves > 0 || r->waiting)
         return;
     for (uint32_t i = 0; i < r->nparts; i++) {
         if (r->parts[i] != NULL)
@@ -296,6 +301,43 @@ static const char *key_text(const held_t *h, char *buf, size_t len)
     return buf;
 }
 
+/* A dead-letter move of a message the remote refused for good: counted
+ * and logged once, when it is done (on_dead_lettered); one refused (the
+ * dead-letter topic's owner, a full disk) brings the message back, sent
+ * and refused again, and counts only when a later move is done. */
+typedef struct {
+    runner_t *r; /* r and r->f stay until this ends (moves) */
+    uint32_t partition;
+    uint64_t offset;
+    int status; /* the remote's answer */
+    unsigned bytes;
+    char key[160];
+} dlmove_t;
+
+static void on_dead_lettered(void *arg, int status)
+{
+    dlmove_t *m = arg;
+    runner_t *r = m->r;
+    tn_rchild_t *f = r->f;
+    if (status == 0) {
+        TN_LOG_RL(TN_LOG_WARN, 10000,
+                  "remote child %s -> %s:%s (partition %u): the remote answered %d to the message "
+                  "at offset %" PRIu64 " (key %s, %u bytes) sent alone: %s; dead-lettered to %s",
+                  r->parent, r->remote, r->child, m->partition, m->status, m->offset, m->key,
+                  m->bytes,
+                  m->status == 413 ? "over a body limit of the remote's (or of a proxy before it)"
+                                   : "a message the remote refuses (over its max-msg-size, say)",
+                  r->dlq);
+        r->dead_letters++;
+        f->dead_letters++;
+    }
+    tn_free(m);
+    r->moves--;
+    if (--f->moves == 0 && f->timer_closed)
+        tn_free(f);
+    runner_maybe_free(r);
+}
+
 /* The remote refused p's first message, sent alone, for good (status 400
  * or 413): it moves to the channel's dead-letter topic and the partition
  * goes on. A message whose lease is gone (TN_ENOTFOUND, UV_ESRCH: the
@@ -306,9 +348,27 @@ static void dead_letter_first(part_t *p, const tn_rc_result_t *res)
 {
     runner_t *r = p->r;
     const held_t *h = &p->v[0];
-    int rc = r->attached ? tn_consumer_dead_letter(&r->c, p->partition, h->offset, true, h->nonce,
-                                                   h->body, h->key)
-                         : UV_ENOTCONN;
+    dlmove_t *m = r->attached ? tn_calloc(1, sizeof(*m)) : NULL;
+    int rc = r->attached ? UV_ENOMEM : UV_ENOTCONN;
+    if (m != NULL) {
+        m->r = r;
+        m->partition = p->partition;
+        m->offset = h->offset;
+        m->status = res->status;
+        m->bytes = (unsigned)h->body->len;
+        const char *k = key_text(h, m->key, sizeof(m->key));
+        if (k != m->key)
+            snprintf(m->key, sizeof(m->key), "%s", k); /* "(none)" */
+        r->moves++;
+        r->f->moves++; /* the callback may run before the call returns */
+        rc = tn_consumer_dead_letter(&r->c, p->partition, h->offset, true, h->nonce, h->body,
+                                     h->key, on_dead_lettered, m);
+        if (rc != 0) {
+            r->moves--;
+            r->f->moves--;
+            tn_free(m);
+        }
+    }
     if (rc == TN_ENOTFOUND || rc == UV_ESRCH) {
         part_shift(p, 1);
         try_send(p);
@@ -318,18 +378,7 @@ static void dead_letter_first(part_t *p, const tn_rc_result_t *res)
         fail_part(p, res->cls, res->status, "refused for good, and no dead-letter move started");
         return;
     }
-    char key[160];
-    TN_LOG_RL(TN_LOG_WARN, 10000,
-              "remote child %s -> %s:%s (partition %u): the remote answered %d to the message at "
-              "offset %" PRIu64 " (key %s, %u bytes) sent alone: %s; dead-lettered to %s",
-              r->parent, r->remote, r->child, p->partition, res->status, h->offset,
-              key_text(h, key, sizeof(key)), (unsigned)h->body->len,
-              res->status == 413 ? "over a body limit of the remote's (or of a proxy before it)"
-                                 : "a message the remote refuses (over its max-msg-size, say)",
-              r->dlq);
     r->f->failures[res->cls]++;
-    r->dead_letters++;
-    r->f->dead_letters++;
     part_shift(p, 1);
     p->max_count = 0;
     try_send(p);
@@ -822,7 +871,10 @@ int tn_rchild_new(uv_loop_t *loop, tn_v1_t *v, tn_rchild_t **out)
 
 static void on_timer_closed(uv_handle_t *h)
 {
-    tn_free(h->data);
+    tn_rchild_t *f = h->data;
+    f->timer_closed = true;
+    if (f->moves == 0)
+        tn_free(f); /* else the last move's end frees it (on_dead_lettered) */
 }
 
 void tn_rchild_close(tn_rchild_t *f)

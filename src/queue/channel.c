@@ -27,6 +27,11 @@ typedef struct walop_s {
      * borrowed until its callback, which on_apply_walop runs. */
     tn_walop_t *outer;
     tn_walop_cb outer_cb;
+    /* A dead letter's source FIN (record_dlq_fin): its move is done once
+     * this is durable (dlq_done); dlq_cb (may be NULL) is told. */
+    bool dlq;
+    tn_dlq_done_cb dlq_cb;
+    void *dlq_arg;
     struct walop_s *next_spare;
 } walop_t;
 
@@ -129,12 +134,28 @@ static void sync_run(tn_chpart_t *cp, uint64_t done, int status)
     }
 }
 
+/* A dead-letter move of cp's channel ended with status: 0 once the
+ * source's FIN is durable (the copy was before it), which is when the
+ * move counts, once per message (a move whose FIN was refused goes back
+ * to the channel and moves again); cb (may be NULL) is told either way. */
+static void dlq_done(tn_chpart_t *cp, tn_dlq_done_cb cb, void *arg, int status)
+{
+    if (status == 0) {
+        cp->ch->dlq_count++;
+        cp->ch->topic->broker->dlq_moves++;
+    }
+    if (cb != NULL)
+        cb(arg, status);
+}
+
 static void on_walop(tn_walop_t *op, int status)
 {
     walop_t *w = TN_CONTAINER_OF(op, walop_t, op);
     tn_chpart_t *cp = w->cp;
     tn_channel_t *ch = cp->ch;
     tn_broker_t *b = ch->topic->broker;
+    if (w->dlq)
+        dlq_done(cp, w->dlq_cb, w->dlq_arg, status);
     if (status == 0) {
         tn_hist_observe(&b->walop_hist, tn_now_mono_ns() - w->start_ns);
         /* Once a record failed for space (full), the live frontier may
@@ -178,17 +199,17 @@ static void on_walop(tn_walop_t *op, int status)
     tn__broker_work_done(b);
 }
 
-/* Apply rec to the live cursor and, for a durable channel, write it. An
- * error before the cursor changed (out of memory) leaves everything as it
- * was; a refused submit (the log's sticky error) leaves the cursor applied
- * and the partition broken. */
-static int record(tn_chpart_t *cp, const tn_walrec_t *rec)
+/* record, and *out (when not NULL) the request written (NULL for a
+ * channel in memory). */
+static int record_ex(tn_chpart_t *cp, const tn_walrec_t *rec, walop_t **out)
 {
     if (cp->full != 0)
         return cp->full; /* nothing changed: log_full */
     walop_t *w = NULL;
     if (cp->cl != NULL && (w = walop_get()) == NULL)
         return UV_ENOMEM;
+    if (w != NULL)
+        w->dlq = false;
     uint64_t finished = cp->cur.finish_count;
     int rc = tn_cursor_apply(&cp->cur, rec);
     if (rc != 0) {
@@ -221,7 +242,18 @@ static int record(tn_chpart_t *cp, const tn_walrec_t *rec)
         cp->fins_unsynced++;
     cp->ch->busy++;
     cp->ch->topic->broker->workers++;
+    if (out != NULL)
+        *out = w;
     return 0;
+}
+
+/* Apply rec to the live cursor and, for a durable channel, write it. An
+ * error before the cursor changed (out of memory) leaves everything as it
+ * was; a refused submit (the log's sticky error) leaves the cursor applied
+ * and the partition broken. */
+static int record(tn_chpart_t *cp, const tn_walrec_t *rec)
+{
+    return record_ex(cp, rec, NULL);
 }
 
 /* The sticky error of cp's log (0 when it can take records). */
@@ -237,6 +269,22 @@ static int record_fin(tn_chpart_t *cp, uint64_t offset)
 {
     tn_walrec_t r = {.op = TN_WAL_FIN, .offset = offset};
     return record(cp, &r);
+}
+
+/* The FIN that ends a dead letter's move (its copy durable): dlq_done
+ * runs once it is durable or refused. */
+static void record_dlq_fin(tn_chpart_t *cp, uint64_t offset, tn_dlq_done_cb cb, void *arg)
+{
+    tn_walrec_t r = {.op = TN_WAL_FIN, .offset = offset};
+    walop_t *w = NULL;
+    int rc = record_ex(cp, &r, &w);
+    if (rc != 0 || w == NULL) {
+        dlq_done(cp, cb, arg, rc); /* refused, or a channel in memory: done */
+        return;
+    }
+    w->dlq = true;
+    w->dlq_cb = cb;
+    w->dlq_arg = arg;
 }
 
 /* A control record the scan passed: settled, not a message. */
@@ -1365,6 +1413,8 @@ typedef struct {
     tn_pub_t pub;
     tn_chpart_t *cp;
     uint64_t offset;
+    tn_dlq_done_cb cb; /* may be NULL */
+    void *arg;
 } dlq_move_t;
 
 /* A dead letter whose move was refused (tn_broker_t.dlq_refused) is due
@@ -1400,18 +1450,20 @@ static void on_dlq_published(tn_pub_t *p, int status)
         if (l != NULL)
             tn_leases_remove(&cp->leases, l);
         if (status == 0) {
-            /* The copy is durable: now settle the source. */
-            record_fin(cp, d->offset);
-            ch->dlq_count++;
-            b->dlq_moves++;
+            /* The copy is durable: now settle the source; the move counts
+             * once that is durable (a refused FIN brings it back). */
+            record_dlq_fin(cp, d->offset, d->cb, d->arg);
         } else {
             TN_LOG_RL(TN_LOG_ERROR, 10000,
                       "moving a message of %s/%s to its dead-letter topic failed: %s; retrying",
                       ch->topic->name, ch->name, tn_strerror(status));
             pend_add(cp, d->offset, attempts > 0 ? attempts - 1 : 0, tn_now_mono_ms() + 1000);
+            dlq_done(cp, d->cb, d->arg, status);
         }
         tn__broker_rewake(cp);
         tn__broker_pump_later(ch);
+    } else if (d->cb != NULL) {
+        d->cb(d->arg, TN_ECLOSED);
     }
     tn_pub_fini(&d->pub);
     tn_free(d);
@@ -1427,7 +1479,7 @@ static void on_dlq_published(tn_pub_t *p, int status)
  * redelivers it; a crash in between delivers it again (and may copy it
  * twice), never loses it. */
 static void dead_letter(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, uint32_t again,
-                        const tn_msg_t *body, const tn_msg_t *key)
+                        const tn_msg_t *body, const tn_msg_t *key, tn_dlq_done_cb cb, void *arg)
 {
     tn_channel_t *ch = cp->ch;
     tn_broker_t *b = ch->topic->broker;
@@ -1440,6 +1492,7 @@ static void dead_letter(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, uin
                   ch->topic->name, ch->name, why);
         pend_add(cp, offset, again, tn_now_mono_ms() + DLQ_REFUSED_RETRY_MS);
         tn__broker_rewake(cp);
+        dlq_done(cp, cb, arg, UV_EPERM);
         return;
     }
     dlq_move_t *d = tn_calloc(1, sizeof(*d));
@@ -1453,11 +1506,14 @@ static void dead_letter(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, uin
         tn_free(d);
         pend_add(cp, offset, again, tn_now_mono_ms() + 1000);
         tn__broker_rewake(cp);
+        dlq_done(cp, cb, arg, UV_ENOMEM);
         return;
     }
     l->data = cp;
     d->cp = cp;
     d->offset = offset;
+    d->cb = cb;
+    d->arg = arg;
     d->pub.data = d;
     int rc = b->publisher != NULL
                  ? b->publisher(b->publisher_arg, name, strlen(name), &d->pub, 0, on_dlq_published)
@@ -1494,7 +1550,7 @@ static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
     if (max_attempts > 0 && attempts > max_attempts && t->ttl_ms == 0 && !t->is_dlq &&
         !cp->ch->memory) {
         /* The key stays behind, as nsqd's messages have none. */
-        dead_letter(cp, k->offset, attempts, k->attempts, k->e->body, NULL);
+        dead_letter(cp, k->offset, attempts, k->attempts, k->e->body, NULL, NULL, NULL);
         return;
     }
     if (c->sample_rate > 0) {
@@ -2224,7 +2280,8 @@ int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool 
 }
 
 int tn_consumer_dead_letter(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
-                            uint32_t nonce, const tn_msg_t *body, const tn_msg_t *key)
+                            uint32_t nonce, const tn_msg_t *body, const tn_msg_t *key,
+                            tn_dlq_done_cb cb, void *arg)
 {
     tn_chpart_t *cp;
     tn_lease_t *l;
@@ -2236,8 +2293,8 @@ int tn_consumer_dead_letter(tn_consumer_t *c, uint32_t partition, uint64_t offse
         return rc; /* the lease stays as it was */
     uint32_t attempts = l->attempts;
     lease_end(cp, l);
-    dead_letter(cp, offset, attempts, attempts, body, key);
-    tn__broker_pump_later(c->ch);
+    tn__broker_pump_later(c->ch); /* before dead_letter, whose cb may detach c */
+    dead_letter(cp, offset, attempts, attempts, body, key, cb, arg);
     return 0;
 }
 

@@ -925,6 +925,14 @@ static inline uint32_t tn_broker_logs_full(const tn_broker_t *b)
 /* Put it back, deliverable after delay_ms (0: at once). */
 int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
                     uint32_t nonce, int64_t delay_ms);
+/* The end of a dead-letter move (tn_consumer_dead_letter): status 0 once
+ * the copy is durable in the dead-letter topic and the source's FIN in
+ * its log (the move is done, and counted: tn_channel_t.dlq_count,
+ * tn_broker_t.dlq_moves); else why the message went back to its channel,
+ * to be delivered and moved again later: UV_EPERM (refused by
+ * tn_broker_t.dlq_refused), the copy's publish error, the FIN's (a full
+ * disk, say), UV_ENOMEM, or TN_ECLOSED (the channel or the broker went). */
+typedef void (*tn_dlq_done_cb)(void *arg, int status);
 /* Move a message this consumer holds to the channel's dead-letter topic
  * now, whatever the topic's max-attempts (a remote child's message its
  * remote refuses for good: api/rchild.c): a copy of body, with key (NULL
@@ -932,9 +940,12 @@ int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool 
  * source is settled, as a dead letter of max-attempts (the same refusal by
  * tn_broker_t.dlq_refused, the same retries: the message goes back to the
  * channel, due again later, and is delivered again meanwhile). Returns as
- * tn_consumer_fin (the lease stays as it was on an error). */
+ * tn_consumer_fin (the lease stays as it was on an error); on 0, cb (may
+ * be NULL) runs exactly once, possibly before this returns, when the move
+ * ends (tn_dlq_done_cb), with arg (borrowed until then). */
 int tn_consumer_dead_letter(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
-                            uint32_t nonce, const tn_msg_t *body, const tn_msg_t *key);
+                            uint32_t nonce, const tn_msg_t *body, const tn_msg_t *key,
+                            tn_dlq_done_cb cb, void *arg);
 /* c's hold (tn_consumer_t.hold) let go of a partition with no settle of
  * c's (its leases had lapsed, say): deliver again at the loop's next turn. */
 void tn_consumer_unhold(tn_consumer_t *c);

@@ -48,7 +48,10 @@ fits. Refused for good: a message the remote answers 400 in any batch
 (split until it is alone) and one over a proxy's body limit alone (413)
 land, with their keys, in the parent's dead-letter topic
 orders.fanout.<epoch>.DLQ, counted and logged, every other message
-arriving in order; a partition whose batches the remote answers 503
+arriving in order; one whose move the owner rule refuses (the dead-letter
+topic owned by another user) is sent and refused again at each try,
+counted at none, and counted once when a move is done after an admin
+gives the topic the parent's owner; a partition whose batches the remote answers 503
 holds its share of the cursor's 16 MiB, not all of it, so the other
 partition's messages arrive meanwhile (and its own once the remote takes
 them, none dead-lettered). Names resolving to refused addresses: the source
@@ -975,6 +978,56 @@ class Blind(harness.ClusterTest):
         st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR)
         self.assertEqual(st, 202, body)
         self.poison_ledger(s, payloads, "BIGGER00")
+        codes = c.stop()
+        self.assertEqual(set(codes.values()), {0}, codes)
+
+    def test_refused_dead_letter_move_counts_once(self):
+        """The child's dead-letter topic is owned by another user than its
+        parent's owner: the move of the message the remote refuses for good
+        is refused (the owner rule), so the message stays on the channel
+        and is sent, refused by the remote and refused a move again at each
+        try; none of that counts. Once an admin gives the dead-letter topic
+        the parent's owner, the move goes and counts once (before: every
+        refused try counted in dead_letters and the metric)."""
+        c, s = self.attached_source()
+        name = wait_until("the child's dead-letter topic",
+                          lambda: (self.child_state(s) or {}).get("dead_letter_topic"), 30)
+        st, body = s.request("POST", "/v1/users", {"username": "other",
+                                                   "password": "Other-pw-1234", "grants": []})
+        self.assertEqual(st, 201, body)
+        st, body = s.request("POST", "/v1/topics", {"name": name, "partitions": 1,
+                                                    "replication_factor": 1})
+        self.assertEqual(st, 201, body)
+        st, body = s.request("PATCH", f"/v1/topics/{name}", {"owner": "other"})
+        self.assertEqual(st, 200, body)
+        st, parent = s.request("GET", "/v1/topics/orders")
+        self.assertEqual(st, 200, parent)
+        self.fake.poison = {"00000001"}
+        payloads = [f"{i:08d}-payload" for i in range(3)]
+        batch = [{"payload": p, "key": f"k-{p[:8]}", "partition": 0} for p in payloads]
+        st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR)
+        self.assertEqual(st, 202, body)
+        log = lambda: s.log().count(f"dead letters of orders/")
+        # Each refused move sends the message back for 5 s; three of them.
+        wait_until("three refused moves",
+                   lambda: self.fake.refused[400] >= 3 + 2 and log() >= 1, 40)
+        time.sleep(11)
+        ch = self.child_state(s) or {}
+        print(f"after refused moves: dead_letters {ch.get('dead_letters')}, metric "
+              f"{s.metric('tern_remote_child_dead_letters_total')}, remote's 400s "
+              f"{self.fake.refused[400]}", flush=True)
+        self.assertEqual(ch.get("dead_letters"), 0, ch)
+        self.assertEqual(s.metric("tern_remote_child_dead_letters_total"), 0)
+        st, body = s.request("PATCH", f"/v1/topics/{name}", {"owner": parent["owner"]})
+        self.assertEqual(st, 200, body)
+        wait_until("the dead letter counted",
+                   lambda: (self.child_state(s) or {}).get("dead_letters") == 1, 30)
+        time.sleep(6)  # another try's count would show by now
+        self.assertEqual((self.child_state(s) or {}).get("dead_letters"), 1)
+        self.assertEqual(s.metric("tern_remote_child_dead_letters_total"), 1)
+        _, got = self.dead_letters(s)
+        self.assertEqual([(k, p[:8]) for k, p in got], [("k-00000001", "00000001")])
+        self.assertEqual(s.log().count(f"dead-lettered to {name}"), 1, s.log())
         codes = c.stop()
         self.assertEqual(set(codes.values()), {0}, codes)
 

@@ -702,15 +702,147 @@ static void test_dead_letter_now(void **state)
     publish_keyed(q, "t", "poison", "k-7", 0);
     qfx_expect_n(q, &s, 1);
     tn_msg_t *body = tn_msg_new("poison", 6), *key = tn_msg_new("k-7", 3);
+    assert_int_equal(tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce + 1, body,
+                                             key, NULL, NULL),
+                     UV_ESRCH); /* another delivery's nonce */
     assert_int_equal(
-        tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce + 1, body, key),
-        UV_ESRCH); /* another delivery's nonce */
-    assert_int_equal(tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, key),
-                     0);
+        tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, key, NULL, NULL),
+        0);
     tn_msg_unref(body);
     tn_msg_unref(key);
     assert_int_equal(tn_consumer_inflight(&s.c), 0);
     assert_dead_lettered(q, &s, ch, name, "k-7");
+    qfx_free(q);
+}
+
+/* A dead letter's copy, held by the test (hold_publisher) until it ends
+ * it with held_end. */
+static tn_pub_t *held_pub;
+static tn_pub_cb held_cb;
+
+static int hold_publisher(void *arg, const char *topic, size_t len, tn_pub_t *p,
+                          int64_t deliver_at_ms, tn_pub_cb cb)
+{
+    (void)arg;
+    (void)topic;
+    (void)len;
+    (void)deliver_at_ms;
+    assert_null(held_pub);
+    held_pub = p;
+    held_cb = cb;
+    return 0;
+}
+
+static void held_end(int status)
+{
+    tn_pub_t *p = held_pub;
+    assert_non_null(p);
+    held_pub = NULL;
+    held_cb(p, status);
+}
+
+typedef struct {
+    int n;      /* moves ended */
+    int status; /* the last one's */
+} dlw_t;
+
+static void on_dl_done(void *arg, int status)
+{
+    dlw_t *w = arg;
+    w->n++;
+    w->status = status;
+}
+
+static bool two_moves_ended(void *arg)
+{
+    return ((dlw_t *)arg)->n == 2;
+}
+
+/* A dead letter whose copy is durable but whose source FIN the full log
+ * refuses goes back to the channel and moves again once space returns:
+ * it counts once, when its move is done (the FIN durable), not at each
+ * try. Before, each try counted (dlq_count 2 for one message). */
+static void test_dead_letter_fin_refused_counts_once(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    qfx_sink_t s;
+    tn_channel_t *ch = sink_with(q, &s, 3);
+    /* A first record puts zeros ahead of the WAL: the next one's frame
+     * is the write that fails. */
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[2].offset, s.d[2].nonce), 0);
+    sync_ch(q, ch, 0, 0);
+    tn_broker_set_publisher(q->b, hold_publisher, NULL);
+    tn_msg_t *body = tn_msg_new("poison", 6);
+    dlw_t w = {0, 0};
+    assert_int_equal(tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, NULL,
+                                             on_dl_done, &w),
+                     0);
+    /* The disk fills while the copy is written: its FIN is refused. */
+    tn_io_fail_write_after(0, UV_ENOSPC);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[1].offset, s.d[1].nonce), 0);
+    sync_ch(q, ch, 0, UV_ENOSPC);
+    tn_io_fail_write_after(-1, 0);
+    assert_true(qfx_run_until(q, one_log_full, q->b));
+    held_end(0);
+    printf("copy durable, FIN refused: dlq_count %" PRIu64 "\n", ch->dlq_count);
+    assert_int_equal(ch->dlq_count, 0);
+    assert_int_equal(w.n, 1);
+    assert_int_equal(w.status, UV_ENOSPC);
+    /* Space again: it comes back, and moves again. */
+    assert_true(qfx_run_until(q, no_log_full, q->b));
+    tn_consumer_detach(&s.c);
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_expect_n(q, &s, 2);
+    assert_int_equal(s.d[0].offset, 0);
+    assert_int_equal(tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, NULL,
+                                             on_dl_done, &w),
+                     0);
+    held_end(0);
+    assert_true(qfx_run_until(q, two_moves_ended, &w));
+    assert_int_equal(w.status, 0);
+    printf("moved: dlq_count %" PRIu64 ", dlq_moves %" PRIu64 "\n", ch->dlq_count, q->b->dlq_moves);
+    assert_int_equal(ch->dlq_count, 1);
+    assert_int_equal(q->b->dlq_moves, 1);
+    tn_msg_unref(body);
+    tn_broker_set_publisher(q->b, NULL, NULL);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+static bool refuse_dlq(void *arg, const char *topic, const char *dlq, char *why, size_t len)
+{
+    (void)arg;
+    (void)topic;
+    (void)dlq;
+    snprintf(why, len, "refused by the test");
+    return true;
+}
+
+/* A move the owner rule refuses (tn_broker_t.dlq_refused) ends at once
+ * with UV_EPERM and counts nothing; the message stays on the channel. */
+static void test_dead_letter_refused_counts_nothing(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    qfx_sink_t s;
+    tn_channel_t *ch = sink_with(q, &s, 1);
+    q->b->dlq_refused = refuse_dlq;
+    tn_msg_t *body = tn_msg_new("poison", 6);
+    dlw_t w = {0, 0};
+    assert_int_equal(tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, NULL,
+                                             on_dl_done, &w),
+                     0);
+    tn_msg_unref(body);
+    assert_int_equal(w.n, 1);
+    assert_int_equal(w.status, UV_EPERM);
+    assert_int_equal(ch->dlq_count, 0);
+    assert_int_equal(q->b->dlq_moves, 0);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 1);
+    q->b->dlq_refused = NULL;
+    tn_consumer_detach(&s.c);
     qfx_free(q);
 }
 
@@ -2393,6 +2525,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_publish_deliver_fin),
         cmocka_unit_test(test_dead_letter_now),
+        cmocka_unit_test(test_dead_letter_fin_refused_counts_once),
+        cmocka_unit_test(test_dead_letter_refused_counts_nothing),
         cmocka_unit_test(test_hold),
         cmocka_unit_test(test_fin_done_after_log_sync),
         cmocka_unit_test(test_fin_failed_write),
