@@ -109,6 +109,21 @@ static tn_channel_t *sink_with(qfx_t *q, qfx_sink_t *s, int n)
     return ch;
 }
 
+/* Partition 0 of ch made full, s holding its messages 0..2: message 2
+ * acked first (its record puts zeros ahead of the WAL, so the next
+ * frame is the write that fails), then message k's ack fails for
+ * space. */
+static void fill_log_at_ack(qfx_t *q, qfx_sink_t *s, tn_channel_t *ch, int k)
+{
+    assert_int_equal(tn_consumer_ack(&s->c, 0, s->d[2].offset, s->d[2].nonce), 0);
+    sync_ch(q, ch, 0, 0);
+    tn_io_fail_write_after(0, UV_ENOSPC);
+    assert_int_equal(tn_consumer_ack(&s->c, 0, s->d[k].offset, s->d[k].nonce), 0);
+    sync_ch(q, ch, 0, UV_ENOSPC);
+    tn_io_fail_write_after(-1, 0);
+    assert_true(qfx_run_until(q, one_log_full, q->b));
+}
+
 /* Restart q and the stats of its channel c of topic t. */
 static void restarted_stats(qfx_t *q, tn_channel_stats_t *st)
 {
@@ -324,15 +339,7 @@ static void test_full_disk_keeps_timeouts(void **state)
     qfx_t *q = qfx_new(NULL, NULL);
     qfx_sink_t s;
     tn_channel_t *ch = sink_with(q, &s, 3);
-    /* A first record puts zeros ahead of the WAL: the next one's frame
-     * is the write that fails. */
-    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[2].offset, s.d[2].nonce), 0);
-    sync_ch(q, ch, 0, 0);
-    tn_io_fail_write_after(0, UV_ENOSPC);
-    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[0].offset, s.d[0].nonce), 0);
-    sync_ch(q, ch, 0, UV_ENOSPC);
-    tn_io_fail_write_after(-1, 0);
-    assert_true(qfx_run_until(q, one_log_full, q->b));
+    fill_log_at_ack(q, &s, ch, 0);
     assert_int_equal(tn_consumer_touch(&s.c, 0, s.d[1].offset, true, s.d[1].nonce, 50, 0), 0);
     assert_true(qfx_run_until(q, one_timeout, ch));
     assert_true(qfx_run_until(q, no_log_full, q->b));
@@ -359,15 +366,7 @@ static void test_pause_on_a_full_log_refused(void **state)
     qfx_t *q = qfx_new(NULL, NULL);
     qfx_sink_t s;
     tn_channel_t *ch = sink_with(q, &s, 3);
-    /* A first record puts zeros ahead of the WAL: the next one's frame
-     * is the write that fails. */
-    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[2].offset, s.d[2].nonce), 0);
-    sync_ch(q, ch, 0, 0);
-    tn_io_fail_write_after(0, UV_ENOSPC);
-    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[0].offset, s.d[0].nonce), 0);
-    sync_ch(q, ch, 0, UV_ENOSPC);
-    tn_io_fail_write_after(-1, 0);
-    assert_true(qfx_run_until(q, one_log_full, q->b));
+    fill_log_at_ack(q, &s, ch, 0);
     uint64_t submitted = tn_chanlog_submitted(ch->parts[0]->cl);
     int rc = tn_channel_pause(ch, true);
     printf("pause on a full log: %s, paused %d, pause file writes asked %" PRIu64 "\n",
@@ -768,10 +767,6 @@ static void test_dead_letter_fin_refused_counts_once(void **state)
     qfx_t *q = qfx_new(NULL, NULL);
     qfx_sink_t s;
     tn_channel_t *ch = sink_with(q, &s, 3);
-    /* A first record puts zeros ahead of the WAL: the next one's frame
-     * is the write that fails. */
-    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[2].offset, s.d[2].nonce), 0);
-    sync_ch(q, ch, 0, 0);
     tn_broker_set_publisher(q->b, hold_publisher, NULL);
     tn_msg_t *body = tn_msg_new("poison", 6);
     dlw_t w = {0, 0};
@@ -779,11 +774,7 @@ static void test_dead_letter_fin_refused_counts_once(void **state)
                                              on_dl_done, &w),
                      0);
     /* The disk fills while the copy is written: its FIN is refused. */
-    tn_io_fail_write_after(0, UV_ENOSPC);
-    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[1].offset, s.d[1].nonce), 0);
-    sync_ch(q, ch, 0, UV_ENOSPC);
-    tn_io_fail_write_after(-1, 0);
-    assert_true(qfx_run_until(q, one_log_full, q->b));
+    fill_log_at_ack(q, &s, ch, 1);
     held_end(0);
     printf("copy durable, FIN refused: dlq_count %" PRIu64 "\n", ch->dlq_count);
     assert_int_equal(ch->dlq_count, 0);
