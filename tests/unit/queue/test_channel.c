@@ -109,10 +109,10 @@ static tn_channel_t *sink_with(qfx_t *q, qfx_sink_t *s, int n)
     return ch;
 }
 
-/* Partition 0 of ch made full, s holding its messages 0..2: message 2
- * acked first (its record puts zeros ahead of the WAL, so the next
- * frame is the write that fails), then message k's ack fails for
- * space. */
+/* Partition 0 of ch made full (the caller waits for one_log_full), s
+ * holding its messages 0..2: message 2 acked first (its record puts
+ * zeros ahead of the WAL, so the next frame is the write that fails),
+ * then message k's ack fails for space. */
 static void fill_log_at_ack(qfx_t *q, qfx_sink_t *s, tn_channel_t *ch, int k)
 {
     assert_int_equal(tn_consumer_ack(&s->c, 0, s->d[2].offset, s->d[2].nonce), 0);
@@ -121,7 +121,6 @@ static void fill_log_at_ack(qfx_t *q, qfx_sink_t *s, tn_channel_t *ch, int k)
     assert_int_equal(tn_consumer_ack(&s->c, 0, s->d[k].offset, s->d[k].nonce), 0);
     sync_ch(q, ch, 0, UV_ENOSPC);
     tn_io_fail_write_after(-1, 0);
-    assert_true(qfx_run_until(q, one_log_full, q->b));
 }
 
 /* Restart q and the stats of its channel c of topic t. */
@@ -340,6 +339,7 @@ static void test_full_disk_keeps_timeouts(void **state)
     qfx_sink_t s;
     tn_channel_t *ch = sink_with(q, &s, 3);
     fill_log_at_ack(q, &s, ch, 0);
+    assert_true(qfx_run_until(q, one_log_full, q->b));
     assert_int_equal(tn_consumer_touch(&s.c, 0, s.d[1].offset, true, s.d[1].nonce, 50, 0), 0);
     assert_true(qfx_run_until(q, one_timeout, ch));
     assert_true(qfx_run_until(q, no_log_full, q->b));
@@ -367,6 +367,7 @@ static void test_pause_on_a_full_log_refused(void **state)
     qfx_sink_t s;
     tn_channel_t *ch = sink_with(q, &s, 3);
     fill_log_at_ack(q, &s, ch, 0);
+    assert_true(qfx_run_until(q, one_log_full, q->b));
     uint64_t submitted = tn_chanlog_submitted(ch->parts[0]->cl);
     int rc = tn_channel_pause(ch, true);
     printf("pause on a full log: %s, paused %d, pause file writes asked %" PRIu64 "\n",
@@ -775,6 +776,7 @@ static void test_dead_letter_fin_refused_counts_once(void **state)
                      0);
     /* The disk fills while the copy is written: its FIN is refused. */
     fill_log_at_ack(q, &s, ch, 1);
+    assert_true(qfx_run_until(q, one_log_full, q->b));
     held_end(0);
     printf("copy durable, FIN refused: dlq_count %" PRIu64 "\n", ch->dlq_count);
     assert_int_equal(ch->dlq_count, 0);
