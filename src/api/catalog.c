@@ -374,9 +374,10 @@ static bool undoing(const tn_catalog_t *c, const char *topic)
     return false;
 }
 
-/* Propose the records of the creations parked for topic (all of them,
- * refused with TN_ECLOSED: stopping). */
-static void unpark(tn_catalog_t *c, const char *topic, bool all)
+/* Propose the records of the creations parked for topic, whose record
+ * taken back was made at old_ms (all of them, refused with TN_ECLOSED:
+ * stopping). */
+static void unpark(tn_catalog_t *c, const char *topic, int64_t old_ms, bool all)
 {
     parked_t **pp = &c->parked;
     while (*pp != NULL) {
@@ -389,7 +390,9 @@ static void unpark(tn_catalog_t *c, const char *topic, bool all)
         if (all) {
             tn_gate_done(k->g, TN_ECLOSED);
         } else {
-            k->cmd.topic.created_at_ms = tn_now_wall_ms(); /* not the one taken back */
+            /* Not the one taken back, even within its millisecond. */
+            int64_t now = tn_now_wall_ms();
+            k->cmd.topic.created_at_ms = now > old_ms ? now : old_ms + 1;
             gate_propose(c, k->g, topic, "", &k->cmd);
         }
         tn_free(k);
@@ -425,7 +428,7 @@ static void on_taken_back(tn_meta_req_t *req, int status)
             (void)tn_catalog_purge(c, u->topic, u->created_at_ms, TN_PURGE_WAIT_MS, on_undo_purged,
                                    NULL);
         }
-        unpark(c, u->topic, false);
+        unpark(c, u->topic, u->created_at_ms, false);
     }
     tn_free(u);
 }
@@ -539,7 +542,10 @@ static void gate(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
     const tn_meta_state_t *s = tn_meta_state(c->meta);
     tn_meta_cmd_t cmd;
     if (ch == NULL) {
-        if (tn_meta_topic_find(s, t->name) != NULL) {
+        /* A record being taken back (take_back) is still in the replica
+         * until its TOPIC_DELETE commits: a creation passed on it would
+         * be deleted (and purged) under its acknowledged messages. */
+        if (tn_meta_topic_find(s, t->name) != NULL && !undoing(c, t->name)) {
             tn_gate_done(g, 0);
             return;
         }
@@ -1787,7 +1793,7 @@ void tn_catalog_stop(tn_catalog_t *c)
 #endif
     for (gated_t *x = c->gated; x != NULL; x = x->next)
         x->c = NULL;
-    unpark(c, NULL, true);
+    unpark(c, NULL, 0, true);
     for (undo_t *u = c->undoing; u != NULL; u = u->next)
         u->c = NULL;
     while (c->fresh != NULL)

@@ -892,6 +892,54 @@ static void test_purge_on_a_lone_node(void **state)
     cfx_free(f);
 }
 
+static bool deadline_passed(void *arg)
+{
+    return tn_now_mono_ms() >= *(int64_t *)arg;
+}
+
+/* A lone node's NSQ auto-creation the engine failed (a file in the topic
+ * directory's place) has its record taken back. A publish of the name
+ * while that TOPIC_DELETE is under way (the record still there) waits and
+ * records the topic anew: it must not pass the gate on the old record,
+ * have its message acknowledged, and then lose the topic to the deletion
+ * and the purge that follows it. */
+static void test_publish_while_a_creation_is_taken_back(void **state)
+{
+    (void)state;
+    cfx_t *f = cfx_new(false);
+    char blocker[4096];
+    snprintf(blocker, sizeof(blocker), "%s/topics/racy", f->fx->dir);
+    FILE *fp = fopen(blocker, "w");
+    assert_non_null(fp);
+    fclose(fp);
+    assert_int_not_equal(publish(f, "racy", -1, NULL), 0);
+    /* The take-back is proposed, not committed yet. */
+    int64_t old = created_at(f, "racy");
+    assert_int_equal(unlink(blocker), 0);
+    pubw_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.p, 1), 0);
+    assert_int_equal(tn_pub_set(&w.p, 0, "m", 1), 0);
+    w.p.data = &w;
+    int rc = tn_broker_publish(f->b, "racy", 4, &w.p, 0, on_pub);
+    if (rc == 0) {
+        assert_true(run_until(f, pub_done, &w));
+        rc = w.status;
+    }
+    tn_pub_fini(&w.p);
+    assert_int_equal(rc, 0); /* acknowledged */
+    /* The take-back, its purge (PURGE_CHECK_MS) and the new record settle. */
+    int64_t until = tn_now_mono_ms() + 1500;
+    (void)run_until(f, deadline_passed, &until);
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(f->m), "racy");
+    assert_non_null(e);
+    assert_true(e->rec.created_at_ms != old);
+    tn_topic_t *t = NULL;
+    assert_int_equal(tn_broker_topic(f->b, "racy", 4, false, 0, NULL, &t), 0);
+    assert_true(topic_dir_exists(f, "racy"));
+    cfx_free(f);
+}
+
 static void test_nsq_publishes_grow_the_topic(void **state)
 {
     (void)state;
@@ -948,6 +996,7 @@ int main(void)
         cmocka_unit_test(test_nsq_publishes_grow_the_topic),
         cmocka_unit_test(test_purge_in_a_cluster),
         cmocka_unit_test(test_purge_on_a_lone_node),
+        cmocka_unit_test(test_publish_while_a_creation_is_taken_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
