@@ -312,9 +312,12 @@ struct fresh_s {
 
 /* The record of a creation the engine failed, being taken back (its
  * TOPIC_DELETE under way). On the catalog's list until its callback; a
- * catalog that stops first detaches it (c = NULL). */
+ * catalog that stops first detaches it (c = NULL). external: taken back
+ * by another door (tn_catalog_hold_creations; req unused), on the list
+ * until it releases it, freed by a catalog that stops first. */
 struct undo_s {
     tn_meta_req_t req;
+    bool external;
     tn_catalog_t *c;
     char topic[TN_NAME_MAX + 1];
     int64_t created_at_ms;
@@ -428,9 +431,38 @@ static void on_taken_back(tn_meta_req_t *req, int status)
             (void)tn_catalog_purge(c, u->topic, u->created_at_ms, TN_PURGE_WAIT_MS, on_undo_purged,
                                    NULL);
         }
-        unpark(c, u->topic, u->created_at_ms, false);
+        if (!undoing(c, u->topic))
+            unpark(c, u->topic, u->created_at_ms, false);
     }
     tn_free(u);
+}
+
+void tn_catalog_hold_creations(tn_catalog_t *c, const char *topic, int64_t created_at_ms, bool hold)
+{
+    if (c == NULL)
+        return;
+    if (hold) {
+        undo_t *u = tn_calloc(1, sizeof(*u));
+        if (u == NULL)
+            return;
+        u->external = true;
+        u->c = c;
+        snprintf(u->topic, sizeof(u->topic), "%s", topic);
+        u->created_at_ms = created_at_ms;
+        u->next = c->undoing;
+        c->undoing = u;
+        return;
+    }
+    for (undo_t **pp = &c->undoing; *pp != NULL; pp = &(*pp)->next) {
+        undo_t *u = *pp;
+        if (u->external && u->created_at_ms == created_at_ms && strcmp(u->topic, topic) == 0) {
+            *pp = u->next;
+            tn_free(u);
+            if (!undoing(c, topic))
+                unpark(c, topic, created_at_ms, false);
+            return;
+        }
+    }
 }
 
 /* The engine failed to make topic, whose record the gate made for that
@@ -1794,8 +1826,14 @@ void tn_catalog_stop(tn_catalog_t *c)
     for (gated_t *x = c->gated; x != NULL; x = x->next)
         x->c = NULL;
     unpark(c, NULL, 0, true);
-    for (undo_t *u = c->undoing; u != NULL; u = u->next)
-        u->c = NULL;
+    while (c->undoing != NULL) {
+        undo_t *u = c->undoing;
+        c->undoing = u->next;
+        if (u->external)
+            tn_free(u);
+        else
+            u->c = NULL; /* on_taken_back frees it */
+    }
     while (c->fresh != NULL)
         (void)fresh_take(c, c->fresh->topic);
     /* Creations and deletions still under way finish without us. */

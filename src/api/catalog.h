@@ -109,6 +109,14 @@ void tn_catalog_reconcile(tn_catalog_t *c);
  * UV_ENOMEM (done never runs). */
 int tn_catalog_purge(void *catalog, const char *topic, int64_t created_at_ms, uint64_t wait_ms,
                      tn_purge_done_cb done, void *arg);
+/* Another door takes back the record of topic made at created_at_ms (a
+ * /v1 create the engine failed: its TOPIC_DELETE under way), hold true,
+ * until it releases it, hold false. Meanwhile a creation of topic through
+ * the gate waits, then records the topic anew: passed on that record, it
+ * would be deleted and purged under its acknowledged messages. Out of
+ * memory: not held. */
+void tn_catalog_hold_creations(tn_catalog_t *c, const char *topic, int64_t created_at_ms,
+                               bool hold);
 /* Stop listening (proposals under way finish on their own; purges under
  * way are answered TN_ECLOSED). */
 void tn_catalog_stop(tn_catalog_t *c);

@@ -123,6 +123,11 @@ typedef struct tn_v1_s {
      * records_at_risk is null). */
     struct tn_replica_s *replica;
     uint64_t node_id; /* this node's member id, set with replica */
+    /* The catalog (api/catalog.h), borrowed, set by the caller before
+     * tn_v1_register and cleared before it stops; NULL: none. A create
+     * whose record is taken back holds the name's creations there
+     * (tn_catalog_hold_creations). */
+    struct tn_catalog_s *catalog;
 } tn_v1_t;
 
 /* 0 or an error; tn_v1_close releases it. */

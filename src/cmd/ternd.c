@@ -521,6 +521,7 @@ static void shut_down(daemon_t *d)
         tn_router_on_purge(d->router, NULL, NULL);
     if (d->purge != NULL)
         tn_purge_srv_set_hook(d->purge, NULL, NULL);
+    d->v1.catalog = NULL; /* its holds go with it */
     tn_catalog_stop(d->catalog);
     d->catalog = NULL;
     /* Settling stops reaching the consume registry before it closes. */
@@ -1337,6 +1338,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         d->v1.drain = d->drain;
         d->v1.replica = d->replica; /* NULL until node RPC starts it, set again then */
         d->v1.node_id = d->raft_id;
+        d->v1.catalog = d->catalog;
         rc = tn_v1_register(d->http, &d->v1);
     }
     if (rc == 0) {

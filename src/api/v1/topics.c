@@ -17,6 +17,7 @@
 #include "core/time.h"
 #include "meta/owner.h"
 #include "api/access.h"
+#include "api/catalog.h"
 #include "api/fanout.h"
 #include "proto/http/json.h"
 #include "storage/io.h"
@@ -525,6 +526,9 @@ static void create_failed(op_t *op, int rc)
     snprintf(c.topic.name, sizeof(c.topic.name), "%s", op->topic);
     c.topic.created_at_ms = op->created_at_ms; /* not encoded: the purge's */
     op->undo = true;
+    /* Until the deletion is committed, a creation of the name through the
+     * gate (an NSQ PUB) waits rather than pass on this record. */
+    tn_catalog_hold_creations(op->v->catalog, op->topic, op->created_at_ms, true);
     op->mreq.data = op;
     if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_delete_recorded) != 0)
         on_delete_recorded(&op->mreq, UV_ECANCELED);
@@ -1090,6 +1094,8 @@ static void on_purged(void *arg, int status, const char *error)
 static void on_delete_recorded(tn_meta_req_t *req, int status)
 {
     op_t *op = req->data;
+    if (op->undo) /* the record is gone, or stays: creations go on */
+        tn_catalog_hold_creations(op->v->catalog, op->topic, op->created_at_ms, false);
     if (op->undo && (status != 0 || op->v->closing)) {
         if (status != 0 && status != TN_ENOTFOUND) {
             TN_LOG(TN_LOG_ERROR,

@@ -940,6 +940,39 @@ static void test_publish_while_a_creation_is_taken_back(void **state)
     cfx_free(f);
 }
 
+/* Another door's take-back (a /v1 create the engine failed): while it
+ * holds the name, a publish that would make the topic waits instead of
+ * passing the gate on the record being deleted, and records the topic
+ * anew once released. A hold the catalog's stop finds goes with it. */
+static void test_creations_wait_for_a_held_take_back(void **state)
+{
+    (void)state;
+    cfx_t *f = cfx_new(false);
+    put_topic(f, "held", 1); /* recorded, not made: the failed creation's */
+    int64_t old = created_at(f, "held");
+    tn_catalog_hold_creations(f->cat, "held", old, true);
+    pubw_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.p, 1), 0);
+    assert_int_equal(tn_pub_set(&w.p, 0, "m", 1), 0);
+    w.p.data = &w;
+    int rc = tn_broker_publish(f->b, "held", 4, &w.p, 0, on_pub);
+    assert_int_equal(rc, 0);
+    int64_t until = tn_now_mono_ms() + 300;
+    (void)run_until(f, deadline_passed, &until);
+    assert_false(w.done); /* waits for the take-back */
+    delete_topic(f, "held");
+    tn_catalog_hold_creations(f->cat, "held", old, false);
+    assert_true(run_until(f, pub_done, &w));
+    assert_int_equal(w.status, 0);
+    tn_pub_fini(&w.p);
+    assert_true(created_at(f, "held") > old);
+    tn_topic_t *t = NULL;
+    assert_int_equal(tn_broker_topic(f->b, "held", 4, false, 0, NULL, &t), 0);
+    tn_catalog_hold_creations(f->cat, "other", 1, true); /* freed by the stop */
+    cfx_free(f);
+}
+
 static void test_nsq_publishes_grow_the_topic(void **state)
 {
     (void)state;
@@ -997,6 +1030,7 @@ int main(void)
         cmocka_unit_test(test_purge_in_a_cluster),
         cmocka_unit_test(test_purge_on_a_lone_node),
         cmocka_unit_test(test_publish_while_a_creation_is_taken_back),
+        cmocka_unit_test(test_creations_wait_for_a_held_take_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
