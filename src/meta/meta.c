@@ -10,6 +10,7 @@
 #include "core/time.h"
 #include "meta/placement.h"
 #include "meta/rebalance.h"
+#include "meta/room.h"
 #include "meta/transport.h"
 #include "storage/io.h"
 
@@ -3416,6 +3417,8 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
      * the leader as soon as it would have had it never left, well before
      * its own election timer expires. One dial at a time per peer. */
     raft_uv_set_connect_retry_delay(&m->io, TN_MIN(heartbeat_ms, CONNECT_RETRY_MAX_MS));
+    /* libraft's default, set here so room.c counts the size it allocates. */
+    raft_uv_set_segment_size(&m->io, TN_META_SEGMENT_BYTES);
     rc = raft_init(&m->raft, &m->io, &m->fsm, o->node_id, m->address);
     if (rc != 0) {
         tn_errbuf(err, errlen, "metastore: %s", raft_errmsg(&m->raft));
@@ -3455,6 +3458,10 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
     m->raft.errmsg[0] = '\0';
     m->io.errmsg[0] = '\0';
     m->transport.errmsg[0] = '\0';
+    /* Before libraft allocates its first segment (room.h: it crashes when
+     * that fails). The directory exists by now (raft_init probed it). */
+    if (tn_meta_room_check(o->dir, NULL, err, errlen) != 0)
+        goto fail_raft;
     rc = raft_start(&m->raft);
     if (rc != 0) {
         /* The first of libraft's messages that says something; for a

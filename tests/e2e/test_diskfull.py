@@ -351,6 +351,56 @@ class DiskFull(unittest.TestCase):
         missing = ledger - self.consume_all(d, "k")
         self.assertFalse(missing, f"acknowledged, not delivered: {sorted(missing)[:10]}")
 
+    def leave_free(self, nbytes):
+        """Fills the disk but for about nbytes (a file that size is kept
+        out of the filling, then deleted); returns the bytes free."""
+        reserve = os.path.join(self.mnt, "reserve")
+        with open(reserve, "wb") as f:
+            f.write(b"\0" * nbytes)
+            os.fsync(f.fileno())
+        fill_disk(self.mnt)
+        os.unlink(reserve)
+        os.sync()
+        st = os.statvfs(self.mnt)
+        return st.f_bavail * st.f_frsize
+
+    def test_first_start_with_less_than_a_segment_free(self):
+        """A new data directory on a disk with less room than libraft's
+        first 8 MiB log segment: libraft crashed (SIGSEGV) once its
+        allocation failed; ternd now refuses to start, saying how much to
+        free, and starts once that is free."""
+        for nbytes in (64 << 10, 1 << 20):
+            shutil.rmtree(self.data, ignore_errors=True)
+            free = self.leave_free(nbytes)
+            self.assertLess(free, 8 << 20)
+            d = Daemon(self.data, *FLAGS, log_path=os.path.join(self.dir, "ternd.log"))
+            self.daemons.append(d)
+            try:
+                rc = d.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                rc = None
+            d.kill()  # closes its log
+            self.assertEqual(rc, 1, f"{free} bytes free; log:\n{d.log()[-2000:]}")
+            self.assertIn("and the metastore's log needs 8224 KiB to start (libraft allocates a "
+                          "8 MiB segment whole and crashes without it): free at least", d.log())
+            self.free_filler()
+        os.unlink(self.spare)
+        d = self.start()
+        self.assertEqual(self.http(d, "/topic/create?topic=t", b"")[0], 200)
+
+    def test_restart_with_little_free(self):
+        """A restart of a data directory whose metastore log has its
+        segments: libraft gives back their unused room while loading, so
+        a start with 256 KiB free succeeds, and so do metastore writes."""
+        d = self.start()
+        self.assertEqual(self.http(d, "/topic/create?topic=t", b"")[0], 200)
+        d.kill()
+        self.leave_free(64 << 10)
+        d = self.start()
+        status, body = self.http(d, "/topic/create?topic=u", b"")
+        self.assertIn(status, (200, 503), body)
+        self.assertIsNone(d.proc.poll())
+
     def test_fin_on_a_disk_filled_by_another_file(self):
         d = self.start()
         self.assert_healthy(d)
