@@ -464,9 +464,17 @@ static void on_applied(struct raft_apply *a, int status, void *result)
     req->meta->inflight--;
     req->meta->last_answer_ms = uv_now(req->meta->loop);
     int rc;
+    if (status == RAFT_NOSPACE || status == RAFT_IOERR)
+        /* The entry's write failed (room_for_entry did not see it coming):
+         * the leader dropped it from its log, so it is not committed. */
+        TN_LOG_RL(TN_LOG_ERROR, 60000, "metastore: writing its log: %s",
+                  raft_errmsg(&req->meta->raft)[0] ? raft_errmsg(&req->meta->raft)
+                                                   : raft_strerror(status));
     if (status != 0)
         rc = req->meta->closing || status == RAFT_SHUTDOWN               ? TN_ECLOSED
              : status == RAFT_NOTLEADER || status == RAFT_LEADERSHIPLOST ? TN_ENOTLEADER
+             : status == RAFT_NOSPACE                                    ? UV_ENOSPC
+             : status == RAFT_IOERR                                      ? UV_EIO
                                                                          : TN_EFAILED;
     else
         rc = (int)(intptr_t)result;
@@ -553,15 +561,38 @@ static void stamp_skip(tn_meta_t *m, tn_meta_req_t *req)
     tn_meta_cmd_fini(&c);
 }
 
+/* Entries a snapshot is counted as due ahead of libraft's threshold. */
+#define SNAPSHOT_MARGIN 4
+
+/* 0, or UV_ENOSPC when the next entry could need a new log segment and the
+ * disk has no room for one (room.h: libraft 0.15 crashes when that
+ * allocation fails under waiting appends). A snapshot closes the segment
+ * being written, so one that is due needs a prepared segment or room. */
+static int room_for_entry(tn_meta_t *m)
+{
+    raft_index next = raft_last_index(&m->raft) + 1 + m->inflight;
+    bool soon =
+        next + SNAPSHOT_MARGIN >= m->raft.log.snapshot.last_index + m->raft.snapshot.threshold;
+    char why[1200];
+    int rc = tn_meta_room_next(m->dir, soon, why, sizeof(why));
+    if (rc != 0)
+        TN_LOG_RL(TN_LOG_WARN, 60000,
+                  "metastore: %s; metastore writes are refused until space is freed", why);
+    return rc;
+}
+
 /* Hand req to libraft: 0 (on_applied answers it), or the error libraft
  * refused the entry with at once (RAFT_NOTLEADER while a leadership
- * transfer is under way, out of memory): req's buffer is still ours then,
- * and its callback has not run. */
+ * transfer is under way, out of memory), or UV_ENOSPC (room_for_entry):
+ * req's buffer is still ours then, and its callback has not run. */
 static int submit_try(tn_meta_t *m, tn_meta_req_t *req)
 {
+    int rc = room_for_entry(m);
+    if (rc != 0)
+        return rc;
     stamp_skip(m, req);
     req->apply.data = req;
-    int rc = raft_apply(&m->raft, &req->apply, &req->buf, 1, on_applied);
+    rc = raft_apply(&m->raft, &req->apply, &req->buf, 1, on_applied);
     if (rc == 0) {
         m->inflight++;
         return 0;

@@ -33,9 +33,11 @@ static uint64_t used_end(int fd, uint64_t size)
     return end;
 }
 
-/* The bytes libraft's load frees in dir's open segments. */
-static uint64_t given_back(const char *dir)
+/* The bytes libraft's load frees in dir's open segments (with scan), and
+ * how many there are into *nopen. */
+static uint64_t open_segments(const char *dir, bool scan, unsigned *nopen)
 {
+    *nopen = 0;
     DIR *d = opendir(dir);
     if (d == NULL)
         return 0;
@@ -43,6 +45,9 @@ static uint64_t given_back(const char *dir)
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (strncmp(e->d_name, "open-", 5) != 0)
+            continue;
+        ++*nopen;
+        if (!scan)
             continue;
         int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
         struct stat st;
@@ -65,7 +70,8 @@ int tn_meta_room_check(const char *dir, uint64_t *room_out, char *err, size_t er
     struct statvfs sv;
     if (statvfs(dir, &sv) != 0)
         return 0;
-    uint64_t room = (uint64_t)sv.f_bavail * sv.f_frsize + given_back(dir);
+    unsigned nopen;
+    uint64_t room = (uint64_t)sv.f_bavail * sv.f_frsize + open_segments(dir, true, &nopen);
     if (room_out != NULL)
         *room_out = room;
     uint64_t need = (uint64_t)TN_META_SEGMENT_BYTES + TN_META_ROOM_SPARE;
@@ -76,5 +82,25 @@ int tn_meta_room_check(const char *dir, uint64_t *room_out, char *err, size_t er
               "needs %" PRIu64 " KiB to start (libraft allocates a %u MiB segment whole and "
               "crashes without it): free at least %" PRIu64 " KiB there, then start ternd again",
               dir, room >> 10, need >> 10, TN_META_SEGMENT_BYTES >> 20, (need - room + 1023) >> 10);
+    return UV_ENOSPC;
+}
+
+int tn_meta_room_next(const char *dir, bool soon, char *err, size_t errlen)
+{
+    struct statvfs sv;
+    if (statvfs(dir, &sv) != 0)
+        return 0;
+    uint64_t room = (uint64_t)sv.f_bavail * sv.f_frsize;
+    uint64_t need = (uint64_t)TN_META_SEGMENT_BYTES + TN_META_ROOM_SPARE;
+    if (room >= need)
+        return 0;
+    unsigned nopen;
+    open_segments(dir, false, &nopen);
+    if (nopen >= (soon ? 2u : 1u))
+        return 0;
+    tn_errbuf(err, errlen,
+              "%s: %" PRIu64 " KiB free on its file system, and the metastore's log needs %" PRIu64
+              " KiB for its next segment (libraft allocates it whole and crashes without it)",
+              dir, room >> 10, need >> 10);
     return UV_ENOSPC;
 }

@@ -22,6 +22,7 @@
 
 #include "core/platform.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,5 +39,14 @@
  * 0 also when dir cannot be read (libraft's own start says why).
  * dir: borrowed; *room_out (optional): the bytes counted. */
 int tn_meta_room_check(const char *dir, uint64_t *room_out, char *err, size_t errlen);
+
+/* 0 when libraft's log can take its next segment in dir: the file system
+ * has TN_META_SEGMENT_BYTES + TN_META_ROOM_SPARE free, or a segment is
+ * allocated already (an open-N: the one being written, and with soon, a
+ * prepared one beyond it). soon: a segment may be needed by the next
+ * entry (a snapshot is due: libraft closes the segment being written
+ * when it takes one). UV_ENOSPC with the story in err otherwise; 0 when
+ * dir cannot be read. dir: borrowed. */
+int tn_meta_room_next(const char *dir, bool soon, char *err, size_t errlen);
 
 #endif

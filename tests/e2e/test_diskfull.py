@@ -13,7 +13,9 @@ ternd's disk checks.
 A ledger keeps every message answered OK; each must be there to the end."""
 import argparse
 import base64
+import http.client
 import json
+import threading
 import os
 import shutil
 import subprocess
@@ -36,7 +38,7 @@ FLAGS = ("--segment-bytes=1MiB", "--disk-high-watermark=100", "--disk-low-waterm
          "--disk-min-free-bytes=0", "--disk-check-interval=1m", "--metrics-address=127.0.0.1:0")
 
 
-def mount_small_fs(mnt, image):
+def mount_small_fs(mnt, image, size=IMAGE_BYTES):
     """Mounts a small ext4 file system on mnt (a loop-mounted image);
     returns None, or why it cannot. Not tmpfs: the tests are written for
     a disk's allocation (tmpfs frees and counts pages otherwise)."""
@@ -45,7 +47,7 @@ def mount_small_fs(mnt, image):
     if not shutil.which("mkfs.ext4"):
         return "mkfs.ext4 (e2fsprogs) is not installed"
     with open(image, "wb") as f:
-        f.truncate(IMAGE_BYTES)
+        f.truncate(size)
     for cmd in (["mkfs.ext4", "-q", "-F", "-m", "0", image],
                 ["mount", "-o", "loop", image, mnt]):
         r = subprocess.run(cmd, capture_output=True, text=True)
@@ -496,6 +498,118 @@ class DiskFull(unittest.TestCase):
         self.assertEqual(status, 201, rep)
         status, rep = self.v1(d, "POST", "/v1/topics/late/produce", {"payload": "x"})
         self.assertEqual(status, 202, rep)
+
+
+class MetastoreDiskFull(unittest.TestCase):
+    """The metastore's log (libraft) on a full disk. 20 MiB with a 6 MiB
+    spare file: libraft's first 8 MiB segment fits, a second does not,
+    and deleting the spare leaves room for one again."""
+    IMAGE = 20 << 20
+    SPARE = 6 << 20
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tern-metafull-")
+        self.mnt = os.path.join(self.dir, "mnt")
+        os.mkdir(self.mnt)
+        why = mount_small_fs(self.mnt, os.path.join(self.dir, "image"), self.IMAGE)
+        if why is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.skipTest(why)
+        self.data = os.path.join(self.mnt, "data")
+        self.spare = os.path.join(self.mnt, "spare")
+        with open(self.spare, "wb") as f:
+            f.write(b"\xff" * self.SPARE)
+            os.fsync(f.fileno())
+        self.daemons = []
+
+    tearDown = DiskFull.tearDown
+    start = DiskFull.start
+    fill_disk = DiskFull.fill_disk
+    free_filler = DiskFull.free_filler
+
+    def put_grants(self, d, auth, pattern):
+        c = http.client.HTTPConnection("127.0.0.1", d.http_port, timeout=30)
+        try:
+            c.request("PUT", "/v1/users/u/grants", json.dumps(
+                {"grants": [{"action": "consume", "patterns": [pattern]}]}), auth)
+            r = c.getresponse()
+            return r.status, r.read()
+        except OSError as e:
+            return None, repr(e).encode()
+        finally:
+            c.close()
+
+    def test_metastore_writes_on_a_full_disk(self):
+        """A user's grants changed over and over on a full disk: the
+        metastore's entries go into its allocated segment until a snapshot
+        (every 1024 entries) closes it and it needs another, which libraft
+        cannot allocate. Before, concurrent writes then crashed ternd
+        (SIGSEGV in libraft); now every write answers 200 or 507 "metastore:
+        no space left on device", and writes resume once space is freed,
+        with no restart and no acknowledged change lost."""
+        d = self.start()
+        with open(os.path.join(self.data, "admin-password")) as f:
+            pw = f.read().strip()
+        auth = {"Authorization": "Basic " + base64.b64encode(f"admin:{pw}".encode()).decode(),
+                "Content-Type": "application/json"}
+        deadline = time.monotonic() + 10
+        while True:  # 503 until the metastore has caught up after the start
+            c = http.client.HTTPConnection("127.0.0.1", d.http_port, timeout=30)
+            c.request("POST", "/v1/users", json.dumps({"username": "u", "password": "p"}), auth)
+            r = c.getresponse()
+            status, body = r.status, r.read()
+            c.close()
+            if status != 503 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.assertEqual(status, 201, body)
+        self.fill_disk()
+        answers, lock = [], threading.Lock()
+        refused = threading.Event()
+
+        def writer(k):
+            for i in range(400):
+                if refused.is_set() or d.proc.poll() is not None:
+                    return
+                a = self.put_grants(d, auth, f"w{k}-{i}")
+                with lock:
+                    answers.append(a)
+                if a[0] not in (200, 409):
+                    refused.set()
+
+        threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertIsNone(d.proc.poll(), f"ternd exited; log:\n{d.log()[-3000:]}")
+        # 409: another writer's change of the same user came first.
+        others = [a for a in answers if a[0] not in (200, 409, 507)]
+        self.assertFalse(others, others[:3])
+        self.assertTrue(refused.is_set(), "no write refused in %d" % len(answers))
+        self.assertIn(b"metastore: no space left on device; its writes are refused until space "
+                      b"is freed", [a[1] for a in answers if a[0] == 507][0])
+        self.assertIn("metastore writes are refused until space is freed", d.log())
+        # Still refused while the disk is full; taken again once space is freed.
+        self.assertEqual(self.put_grants(d, auth, "x")[0], 507)
+        self.free_filler()
+        os.unlink(self.spare)
+        deadline = time.monotonic() + 10
+        while True:
+            status, body = self.put_grants(d, auth, "final")
+            if status == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        self.assertEqual(status, 200, body)
+        self.assertIsNone(d.proc.poll())
+        d.kill()
+        d = self.start()
+        c = http.client.HTTPConnection("127.0.0.1", d.http_port, timeout=30)
+        c.request("GET", "/v1/users/u", headers=auth)
+        r = c.getresponse()
+        user = json.loads(r.read())
+        c.close()
+        self.assertEqual(user["grants"], [{"action": "consume", "patterns": ["final"]}])
 
 
 def main():

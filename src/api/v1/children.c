@@ -112,7 +112,7 @@ static void on_link_recorded(tn_meta_req_t *req, int status)
         else if (status == TN_ECHANGED)
             link_end(l, 409, "the child topic kept changing meanwhile; send the request again");
         else
-            link_end(l, 503, "control plane temporarily unavailable");
+            link_end(l, tn__v1_meta_code(status), tn__v1_meta_why(status));
         return;
     }
     if (l->r != NULL)

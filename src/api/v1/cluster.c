@@ -146,7 +146,7 @@ static void on_drained(tn_meta_req_t *req, int status)
     else if (status == TN_ENOTFOUND)
         tn__v1_error(r, 404, "member not found", NULL);
     else
-        tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+        tn__v1_meta_error(r, status);
 }
 
 static void decommission(tn_v1_t *v, tn_http_request_t *r, bool draining)
@@ -293,7 +293,7 @@ static void remove_refused(tn_v1_t *v, tn_http_request_t *r, uint64_t id, int rc
                  id);
         tn__v1_error(r, 409, msg, NULL);
     } else {
-        tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+        tn__v1_meta_error(r, rc);
     }
 }
 
@@ -605,7 +605,7 @@ static void on_forced(tn_meta_req_t *req, int status)
     } else if (status == UV_EINVAL || status == UV_EPERM) {
         tn__v1_error(r, 503, LEADER_REFUSED_CHANGED, "Retry-After: 1\r\n");
     } else {
-        tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+        tn__v1_meta_error(r, status);
     }
 done:
     tn_free(f);

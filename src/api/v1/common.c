@@ -193,6 +193,25 @@ bool tn__v1_caught_up(tn_v1_t *v, tn_http_request_t *r)
     return false;
 }
 
+int tn__v1_meta_code(int status)
+{
+    return status == UV_ENOSPC ? 507 : status == UV_EIO ? 500 : 503;
+}
+
+const char *tn__v1_meta_why(int status)
+{
+    return status == UV_ENOSPC ? "metastore: no space left on device; its writes are refused "
+                                 "until space is freed"
+           : status == UV_EIO  ? "metastore: i/o error writing its log"
+                               : "control plane temporarily unavailable";
+}
+
+void tn__v1_meta_error(tn_http_request_t *r, int status)
+{
+    int code = tn__v1_meta_code(status);
+    tn__v1_error(r, code, tn__v1_meta_why(status), code == 503 ? "Retry-After: 1\r\n" : NULL);
+}
+
 bool tn__v1_admin_only(tn_v1_t *v, tn_http_request_t *r)
 {
     if (tn__v1_is_admin(v, r))

@@ -76,6 +76,14 @@ bool tn__v1_admin_only(tn_v1_t *v, tn_http_request_t *r);
 /* For a destructive action: the metastore is caught up (tn_meta_caught_up),
  * or false after answering 503 with Retry-After. */
 bool tn__v1_caught_up(tn_v1_t *v, tn_http_request_t *r);
+/* The answer to a metastore write that failed with status where none of
+ * the request's own fits: 507 when the disk has no room for the
+ * metastore's log (UV_ENOSPC), 500 for its I/O error (UV_EIO), else 503
+ * "control plane temporarily unavailable" (retry). */
+int tn__v1_meta_code(int status);
+const char *tn__v1_meta_why(int status);
+/* tn__v1_error with those, Retry-After on the 503. */
+void tn__v1_meta_error(tn_http_request_t *r, int status);
 /* The topic's owner or an admin (or security off). */
 bool tn__v1_can_manage(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t);
 /* With security on: name is a dead-letter topic of a topic the caller

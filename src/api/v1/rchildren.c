@@ -148,7 +148,7 @@ static void on_recorded(tn_meta_req_t *req, int status)
         else if (status == UV_EEXIST)
             rcop_end(op, 409, "remote child already attached");
         else
-            rcop_end(op, 503, "control plane temporarily unavailable");
+            rcop_end(op, tn__v1_meta_code(status), tn__v1_meta_why(status));
         return;
     }
     TN_LOG(TN_LOG_NOTICE, "audit: %s %s remote child %s on remote %s %s %s (request %s, from %s)",

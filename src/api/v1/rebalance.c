@@ -109,7 +109,7 @@ static void on_proposed(tn_meta_req_t *req, int status)
         } else if (status == UV_EBUSY) {
             tn__v1_error(r, 409, REBAL_RUNNING, NULL);
         } else {
-            tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+            tn__v1_meta_error(r, status);
         }
     }
     tn_place_plan_fini(&q->plan);

@@ -605,7 +605,7 @@ static void on_create_recorded(tn_meta_req_t *req, int status)
         return;
     }
     if (status != 0) {
-        op_end(op, 503, "control plane temporarily unavailable");
+        op_end(op, tn__v1_meta_code(status), tn__v1_meta_why(status));
         return;
     }
     create_step(op);
@@ -884,7 +884,7 @@ static void on_factor_recorded(tn_meta_req_t *req, int status)
                "a partition's owner is not alive: its only copy cannot be copied until it is "
                "back");
     } else if (status != 0) {
-        op_end(op, 503, "control plane temporarily unavailable");
+        op_end(op, tn__v1_meta_code(status), tn__v1_meta_why(status));
     } else if (op->v->closing || tn_meta_confirm(op->v->meta, on_factor_applied, op) != 0) {
         op_end(op, 200, NULL);
     }
@@ -995,7 +995,7 @@ static void on_patch_recorded(tn_meta_req_t *req, int status)
         return;
     }
     if (status != 0) {
-        op_end(op, 503, "control plane temporarily unavailable");
+        op_end(op, tn__v1_meta_code(status), tn__v1_meta_why(status));
         return;
     }
     /* More partitions: the record has them; now the engine's topic. */
@@ -1112,7 +1112,7 @@ static void on_delete_recorded(tn_meta_req_t *req, int status)
         return;
     }
     if (status != 0) {
-        op_end(op, 503, "control plane temporarily unavailable");
+        op_end(op, tn__v1_meta_code(status), tn__v1_meta_why(status));
         return;
     }
     /* The engine's part (waiting for a creation or growth under way). */

@@ -496,7 +496,7 @@ static void on_user_proposed(tn_meta_req_t *req, int status)
     } else if (status == UV_EPERM) {
         uop_end(op, 403, "the root user's record cannot change that way");
     } else {
-        uop_end(op, 503, "control plane temporarily unavailable");
+        uop_end(op, tn__v1_meta_code(status), tn__v1_meta_why(status));
     }
 }
 
