@@ -99,18 +99,21 @@ def cpu_ticks(pid):
 
 
 class DiskFull(unittest.TestCase):
+    IMAGE = IMAGE_BYTES
+    SPARE = SPARE_BYTES
+
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="tern-diskfull-")
         self.mnt = os.path.join(self.dir, "mnt")
         os.mkdir(self.mnt)
-        why = mount_small_fs(self.mnt, os.path.join(self.dir, "image"))
+        why = mount_small_fs(self.mnt, os.path.join(self.dir, "image"), self.IMAGE)
         if why is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.skipTest(why)
         self.data = os.path.join(self.mnt, "data")
         self.spare = os.path.join(self.mnt, "spare")
         with open(self.spare, "wb") as f:
-            f.write(b"\xff" * SPARE_BYTES)
+            f.write(b"\xff" * self.SPARE)
             os.fsync(f.fileno())
         self.daemons = []
 
@@ -507,21 +510,7 @@ class MetastoreDiskFull(unittest.TestCase):
     IMAGE = 20 << 20
     SPARE = 6 << 20
 
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="tern-metafull-")
-        self.mnt = os.path.join(self.dir, "mnt")
-        os.mkdir(self.mnt)
-        why = mount_small_fs(self.mnt, os.path.join(self.dir, "image"), self.IMAGE)
-        if why is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.skipTest(why)
-        self.data = os.path.join(self.mnt, "data")
-        self.spare = os.path.join(self.mnt, "spare")
-        with open(self.spare, "wb") as f:
-            f.write(b"\xff" * self.SPARE)
-            os.fsync(f.fileno())
-        self.daemons = []
-
+    setUp = DiskFull.setUp
     tearDown = DiskFull.tearDown
     start = DiskFull.start
     fill_disk = DiskFull.fill_disk
