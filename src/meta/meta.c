@@ -129,6 +129,9 @@ struct tn_meta_s {
     tn_meta_req_t salt; /* the leader's REMOTE_SALT (make_salt) */
     bool salt_busy;
     uint64_t next_reg_ms;
+    /* Loop ms until which proposals wait rather than go to libraft: the
+     * disk had no room for the log's next segment (room_for_entry). */
+    uint64_t no_room_until;
     int64_t leader_since_wall; /* wall ms this node became leader; 0 = not leader */
     /* Heard recently, on the leader (meta.h): contacts sampled each tick,
      * counted from no earlier than when this node took over. */
@@ -563,6 +566,10 @@ static void stamp_skip(tn_meta_t *m, tn_meta_req_t *req)
 
 /* Entries a snapshot is counted as due ahead of libraft's threshold. */
 #define SNAPSHOT_MARGIN 4
+/* After a proposal refused for room, the others wait this long before
+ * the disk is looked at again (and then answered), so that the tick's
+ * drivers (registration, dead marking) do not propose again at once. */
+#define NO_ROOM_RETRY_MS 1000
 
 /* 0, or UV_ENOSPC when the next entry could need a new log segment and the
  * disk has no room for one (room.h: libraft 0.15 crashes when that
@@ -570,11 +577,16 @@ static void stamp_skip(tn_meta_t *m, tn_meta_req_t *req)
  * being written, so one that is due needs a prepared segment or room. */
 static int room_for_entry(tn_meta_t *m)
 {
+    uint64_t now = uv_now(m->loop);
+    if (now < m->no_room_until)
+        return UV_ENOSPC;
     raft_index next = raft_last_index(&m->raft) + 1 + m->inflight;
     bool soon =
         next + SNAPSHOT_MARGIN >= m->raft.log.snapshot.last_index + m->raft.snapshot.threshold;
     char why[1200];
     int rc = tn_meta_room_next(m->dir, soon, why, sizeof(why));
+    if (rc != 0)
+        m->no_room_until = now + NO_ROOM_RETRY_MS;
     if (rc != 0)
         TN_LOG_RL(TN_LOG_WARN, 60000,
                   "metastore: %s; metastore writes are refused until space is freed", why);
@@ -897,6 +909,14 @@ static void dispatch_waiting(tn_meta_t *m)
         if (m->closing) {
             raft_free(req->buf.base);
             req->cb(req, TN_ECLOSED);
+        } else if (self && now < m->no_room_until) {
+            /* No room for the log (room_for_entry): kept until it is
+             * looked at again, then sent or answered UV_ENOSPC. */
+            if (keep_tail != NULL)
+                keep_tail->next = req;
+            else
+                keep = req;
+            keep_tail = req;
         } else if (self) {
             submit(m, req);
         } else if (can_forward && (req->avoid != leader || now >= req->avoid_until)) {
@@ -1209,7 +1229,8 @@ static void on_marked(tn_meta_req_t *req, int status)
     tn_meta_t *m = req->data;
     m->mark_busy = false;
     if (status != 0 && status != TN_ECHANGED && status != TN_ECLOSED)
-        TN_LOG(TN_LOG_WARN, "metastore: marking a member dead failed: %s", tn_strerror(status));
+        TN_LOG_RL(TN_LOG_WARN, 60000, "metastore: marking a member dead failed: %s",
+                  tn_strerror(status));
 }
 
 /* On the leader: the first alive member whose last registration is

@@ -579,8 +579,13 @@ class MetastoreDiskFull(unittest.TestCase):
         self.assertIn(b"metastore: no space left on device; its writes are refused until space "
                       b"is freed", [a[1] for a in answers if a[0] == 507][0])
         self.assertIn("metastore writes are refused until space is freed", d.log())
-        # Still refused while the disk is full; taken again once space is freed.
+        # Still refused while the disk is full, with no spin (the tick's
+        # own proposals wait a second between looks at the disk); taken
+        # again once space is freed.
         self.assertEqual(self.put_grants(d, auth, "x")[0], 507)
+        t0 = cpu_ticks(d.proc.pid)
+        time.sleep(2)
+        self.assertLess(cpu_ticks(d.proc.pid) - t0, 50, "ternd busy on a full disk")
         self.free_filler()
         os.unlink(self.spare)
         deadline = time.monotonic() + 10
