@@ -132,6 +132,8 @@ struct tn_meta_s {
     /* Loop ms until which proposals wait rather than go to libraft: the
      * disk had no room for the log's next segment (room_for_entry). */
     uint64_t no_room_until;
+    struct raft_transfer room_xfer; /* hands leadership away for room */
+    bool room_xfer_busy;
     int64_t leader_since_wall; /* wall ms this node became leader; 0 = not leader */
     /* Heard recently, on the leader (meta.h): contacts sampled each tick,
      * counted from no earlier than when this node took over. */
@@ -571,6 +573,34 @@ static void stamp_skip(tn_meta_t *m, tn_meta_req_t *req)
  * drivers (registration, dead marking) do not propose again at once. */
 #define NO_ROOM_RETRY_MS 1000
 
+static void on_room_transferred(struct raft_transfer *x)
+{
+    tn_meta_t *m = x->data;
+    m->room_xfer_busy = false;
+}
+
+static bool xfer_other_voter(const tn_meta_t *m);
+
+/* A leader whose disk has no room for its log hands leadership to another
+ * voter (libraft picks the most caught-up one): the cluster's writes go on
+ * there rather than wait for this disk. raft_transfer appends nothing (a
+ * drain's tn_meta_transfer first commits a barrier, which this disk could
+ * not take). */
+static void hand_over_for_room(tn_meta_t *m)
+{
+    if (raft_state(&m->raft) != RAFT_LEADER || m->room_xfer_busy || m->xfer_active ||
+        m->xfer_in_raft || m->raft.transfer != NULL || !xfer_other_voter(m))
+        return;
+    memset(&m->room_xfer, 0, sizeof(m->room_xfer));
+    m->room_xfer.data = m;
+    int rc = raft_transfer(&m->raft, &m->room_xfer, 0, on_room_transferred);
+    if (rc == 0) {
+        m->room_xfer_busy = true;
+        TN_LOG(TN_LOG_NOTICE, "metastore: handing leadership over to another voter: this "
+                              "node's disk has no room for the metastore's log");
+    }
+}
+
 /* 0, or UV_ENOSPC when the next entry could need a new log segment and the
  * disk has no room for one (room.h: libraft 0.15 crashes when that
  * allocation fails under waiting appends). A snapshot closes the segment
@@ -585,8 +615,10 @@ static int room_for_entry(tn_meta_t *m)
         next + SNAPSHOT_MARGIN >= m->raft.log.snapshot.last_index + m->raft.snapshot.threshold;
     char why[1200];
     int rc = tn_meta_room_next(m->dir, soon, why, sizeof(why));
-    if (rc != 0)
+    if (rc != 0) {
         m->no_room_until = now + NO_ROOM_RETRY_MS;
+        hand_over_for_room(m);
+    }
     if (rc != 0)
         TN_LOG_RL(TN_LOG_WARN, 60000,
                   "metastore: %s; metastore writes are refused until space is freed", why);
