@@ -2503,19 +2503,30 @@ static void pause_file_sync(tn_channel_t *ch, tn_chan_sync_t *s, tn_chan_sync_cb
         pause_write_start(ch); /* the last write failed: once more */
 }
 
-int tn_channel_pause(tn_channel_t *ch, bool paused)
+/* The error of the first log of a partition held here that cannot take
+ * a record (found the disk full, or failed), else 0: a change of the
+ * whole channel (a pause, an empty) is refused before anything changes,
+ * so its answer (an error) and what a restart loads (the pause file, the
+ * logs) agree. */
+static int local_log_failed(const tn_channel_t *ch)
 {
-    if (ch->state != TN_OBJ_READY)
-        return UV_EAGAIN;
-    /* A log held here that cannot take the record (full, failed): refused
-     * before anything changes, so the answer (an error) and what a restart
-     * loads (the pause file, the logs) agree. Taken in memory and in the
-     * pause file, as it was, the channel stayed paused past an error. */
     for (uint32_t i = 0; i < ch->topic->nparts; i++) {
         int err = ch->parts[i]->part->remote ? 0 : log_failed(ch->parts[i]);
         if (err != 0)
             return err;
     }
+    return 0;
+}
+
+int tn_channel_pause(tn_channel_t *ch, bool paused)
+{
+    if (ch->state != TN_OBJ_READY)
+        return UV_EAGAIN;
+    /* Taken in memory and in the pause file with a log refusing its
+     * record, the channel stayed paused past an error. */
+    int err = local_log_failed(ch);
+    if (err != 0)
+        return err;
     ch->paused = paused;
     if (!ch->memory) {
         /* The node's pause, whatever it leads (a restart loads it). */
@@ -2541,6 +2552,12 @@ int tn_channel_empty(tn_channel_t *ch)
 {
     if (ch->state != TN_OBJ_READY)
         return UV_EAGAIN;
+    /* Leases and deferred messages dropped with a log refusing the
+     * record: the answer an error, yet gone from memory, back after a
+     * restart. */
+    int err = local_log_failed(ch);
+    if (err != 0)
+        return err;
     tn_broker_t *b = ch->topic->broker;
     int rc = 0;
     for (uint32_t i = 0; i < ch->topic->nparts; i++) {

@@ -994,7 +994,8 @@ int tn_channel_pause(tn_channel_t *ch, bool paused);
 /* Drop everything the channel holds: its backlog up to the tail, deferred
  * and requeued messages, and what is in flight (later FINs for those
  * fail), in the partitions held here. Counters stay. Durable for durable
- * channels as tn_channel_pause. */
+ * channels as tn_channel_pause, and refused as it is (the error, nothing
+ * dropped) when the log of a partition held here cannot take records. */
 int tn_channel_empty(tn_channel_t *ch);
 /* Pause or unpause a topic on this node, as nsqd does: while paused, what
  * is published is held at the topic (its depth) and no channel receives

@@ -391,6 +391,46 @@ static void test_pause_on_a_full_log_refused(void **state)
     qfx_free(q);
 }
 
+/* An empty (/channel/empty, a /v1 purge) asked while a channel log of
+ * the channel is full is refused with the error and drops nothing: the
+ * leases and the backlog stay, in memory as in the log a restart loads.
+ * Once space returns it is done, and kept by a restart. Before, the
+ * leases were dropped and the answer was the error. */
+static void test_empty_on_a_full_log_refused(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    qfx_sink_t s;
+    tn_channel_t *ch = sink_with(q, &s, 3);
+    fill_log_at_ack(q, &s, ch, 0);
+    assert_true(qfx_run_until(q, one_log_full, q->b));
+    uint64_t submitted = tn_chanlog_submitted(ch->parts[0]->cl);
+    int rc = tn_channel_empty(ch);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    printf("empty on a full log: %s, in flight %" PRIu64 ", depth %" PRIu64 "\n", tn_err_name(rc),
+           st.inflight, st.depth);
+    assert_int_equal(rc, UV_ENOSPC);
+    /* Message 1 leased (message 0's lease went with its refused FIN). */
+    assert_int_equal(st.inflight, 1);
+    assert_int_equal(tn_consumer_inflight(&s.c), 1);
+    assert_int_equal(tn_chanlog_submitted(ch->parts[0]->cl), submitted);
+    /* Space again: the empty is done, and kept by a restart. */
+    assert_true(qfx_run_until(q, no_log_full, q->b));
+    assert_int_equal(tn_channel_empty(ch), 0);
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.inflight, 0);
+    assert_int_equal(st.depth, 0);
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_channel_sync_all(ch, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
+    assert_int_equal(w.status, 0);
+    tn_consumer_detach(&s.c);
+    restarted_stats(q, &st);
+    assert_int_equal(st.depth, 0);
+    qfx_free(q);
+}
+
 /* A channel log write that fails: the FIN's wait ends with the error, the
  * FIN never counts as finished, and every later settle is refused with its
  * lease as it was. */
@@ -2527,6 +2567,7 @@ int main(void)
         cmocka_unit_test(test_full_disk_later_fin_keeps_gc_bound),
         cmocka_unit_test(test_full_disk_keeps_timeouts),
         cmocka_unit_test(test_pause_on_a_full_log_refused),
+        cmocka_unit_test(test_empty_on_a_full_log_refused),
         cmocka_unit_test(test_credit_limits_inflight),
         cmocka_unit_test(test_req_delay_and_attempts),
         cmocka_unit_test(test_timeout_redelivers_and_touch),
