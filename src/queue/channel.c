@@ -744,7 +744,7 @@ int tn__channel_load(tn_topic_t *t, const char *name)
                "channel %s of %s: its stamp (%s%s) cannot be read (%s): the channel recorded "
                "under its name is taken for its own, as for files written before stamps",
                name, t->name, name, TN_STORE_CHAN_STAMP_SUFFIX, tn_strerror(rc));
-    ch->paused = load_paused(ch, made, rc != 0 || stamp != 0);
+    ch->paused = ch->paused_kept = load_paused(ch, made, rc != 0 || stamp != 0);
     tn_free(made);
     ch->stamp = ch->stamp_kept = stamp;
     ch->state = TN_OBJ_READY;
@@ -922,7 +922,7 @@ static void chan_create_done(uv_work_t *w, int status)
         tn__channel_free(ch);
     } else {
         ch->state = TN_OBJ_READY;
-        ch->paused = j->paused;
+        ch->paused = ch->paused_kept = j->paused;
         for (uint32_t i = 0; ch->paused && i < t->nparts; i++)
             if (!t->parts[i]->remote)
                 tn__chpart_take_pause(ch->parts[i]);
@@ -1148,6 +1148,8 @@ static void chstamp_done(uv_work_t *w, int status)
     tn_broker_t *b = ch->topic->broker;
     int rc = j->rc != 0 ? j->rc : status;
     ch->stamping = false;
+    if (rc == 0)
+        ch->paused_kept = j->paused == 1;
     if (rc == 0 && j->written && !ch->deleted) {
         ch->stamp_kept = j->stamp;
         /* The topic's directory is here now (a copy of a partition came):
@@ -2415,6 +2417,30 @@ static void pause_waits_run(tn_channel_t *ch, uint64_t covers, int status)
     }
 }
 
+/* A pause file write (of paused) failed: every ask it covers, and every
+ * one since, is answered with the error (pause_waits_run), so the
+ * channel is taken back to the pause the file held before, in memory and
+ * in the logs held here, as a restart would load it. The failed write may
+ * have left the file holding paused (its rename done, the directory's
+ * sync failed): one more write of the pause taken back, which no answer
+ * waits for. */
+static void pause_take_back(tn_channel_t *ch, bool paused)
+{
+    bool was = ch->paused;
+    ch->paused = ch->paused_kept;
+    if (paused != ch->paused_kept)
+        ch->pause_asked++; /* written next (chpause_done) */
+    if (was == ch->paused)
+        return;
+    TN_LOG(TN_LOG_WARN, "channel %s of %s: %s again, as its pause file says", ch->name,
+           ch->topic->name, ch->paused ? "paused" : "unpaused");
+    for (uint32_t i = 0; i < ch->topic->nparts; i++)
+        if (!ch->parts[i]->part->remote)
+            tn__chpart_take_pause(ch->parts[i]);
+    if (!ch->paused)
+        tn__broker_pump_later(ch);
+}
+
 static void chpause_done(uv_work_t *w, int status)
 {
     chpause_job_t *j = TN_CONTAINER_OF(w, chpause_job_t, work);
@@ -2426,11 +2452,15 @@ static void chpause_done(uv_work_t *w, int status)
         tn_topic_stamped(ch->topic, j->topic_ms);
     if (rc == 0 && j->stamp_written)
         ch->stamp_kept = j->stamp;
-    if (rc == 0)
+    if (rc == 0) {
         ch->pause_done = j->covers;
-    else
+        ch->paused_kept = j->paused == 1;
+    } else {
         TN_LOG_RL(TN_LOG_ERROR, 60000, "channel %s of %s: writing its pause file failed: %s",
                   j->name, j->topic, tn_strerror(rc));
+        if (!ch->deleted)
+            pause_take_back(ch, j->paused == 1);
+    }
     uint64_t covers = j->covers;
     tn_free(j->topic);
     tn_free(j->name);

@@ -438,6 +438,10 @@ struct tn_channel_s {
      * waits for the running one (pause_drop), as for the stamp. Loop
      * thread. */
     uint64_t pause_asked, pause_done;
+    /* The pause the pause file holds, as far as this node knows (loaded,
+     * made, or the last write that succeeded): a write that fails takes
+     * ch->paused back to it, as its answer (an error) says. */
+    bool paused_kept;
     bool pause_writing;
     tn_chan_sync_t *pause_waits;
     void *pause_drop;

@@ -371,6 +371,43 @@ static bool stamp_and_pause_written(void *arg)
     return !ch->stamping && !ch->pause_writing;
 }
 
+/* A pause whose pause file cannot be written is taken back: the wait
+ * the door answers after ends with the error, and the channel is as
+ * that answer says (unpaused, in memory as after a restart, which loads
+ * the file). Before, it stayed paused in memory until a restart. */
+static void test_pause_file_write_failed_taken_back(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(qfx_small_memlogs, NULL); /* everything local: the topic's files here */
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
+    tn_broker_set_placement(q->b, place, NULL);
+    place_all(9);
+    follow(q, t);
+    qfx_run_for(q, 30);
+    tn_io_fail_sync_after(0, UV_EIO); /* the pause file's fdatasync */
+    int rc = pause_and_wait(q, ch, true);
+    tn_io_fail_sync_after(-1, 0);
+    printf("pause whose file write failed: %s, paused %d\n", tn_err_name(rc), ch->paused);
+    assert_int_equal(rc, UV_EIO);
+    assert_false(ch->paused);
+    assert_true(qfx_run_until(q, stamp_and_pause_written, ch));
+    /* The same for an unpause of a paused channel. */
+    assert_int_equal(pause_and_wait(q, ch, true), 0);
+    tn_io_fail_sync_after(0, UV_EIO);
+    rc = pause_and_wait(q, ch, false);
+    tn_io_fail_sync_after(-1, 0);
+    assert_int_equal(rc, UV_EIO);
+    assert_true(ch->paused);
+    assert_true(qfx_run_until(q, stamp_and_pause_written, ch));
+    q->place = place; /* the broker opened again asks it too */
+    qfx_restart(q);
+    t = qfx_topic(q, "t", 0);
+    ch = qfx_channel(q, t, "c");
+    assert_true(ch->paused);
+    qfx_free(q);
+}
+
 /* A node paused while it held nothing of the topic (no directory: the
  * pause is in memory only) writes its pause file once the topic's
  * directory appears here, with the channel's stamp (a partition placed
@@ -2485,6 +2522,7 @@ int main(void)
         cmocka_unit_test(test_open_later),
         cmocka_unit_test(test_open_later_keeps_pause),
         cmocka_unit_test(test_pause_kept_leading_nothing),
+        cmocka_unit_test(test_pause_file_write_failed_taken_back),
         cmocka_unit_test(test_pause_written_when_the_directory_comes),
         cmocka_unit_test(test_topic_pause_written_when_the_directory_comes),
         cmocka_unit_test(test_topic_pause_remote_holds_from_zero),
