@@ -25,7 +25,8 @@
  *   6. A failed write or fdatasync is latched: every later append fails
  *      with it and the fsync is never retried. Except a write or a
  *      rotation's create that finds the disk full (tn_io_nospace): the
- *      segment is cut back, the seqs given back, and the appends from
+ *      segment is cut back (ftruncate, fdatasync: no frame of them
+ *      survives a crash), the seqs given back, and the appends from
  *      there fail alone; nothing of them was synced.
  *
  * DESIGN: a round on the log committer (plog.c calls in).
@@ -922,12 +923,23 @@ static int flush(tn_ilog_t *l, size_t niov, size_t nframes, uint64_t wend)
     iseg_t *s = active_seg(l);
     int rc = tn_io_pwritev(s->fd, l->iov, (int)niov, s->size);
     if (rc != 0) {
-        if (tn_io_nospace(rc) && tn_io_ftruncate(s->fd, s->size) == 0) {
+        /* A full disk's short write may have put whole frames in the
+         * file: the cut is synced before their appends are answered, else
+         * a crash could keep them (the cut lost with the page cache) and
+         * bring back appends answered with the error. */
+        bool space = tn_io_nospace(rc);
+        int cut = 0;
+        const char *what = "writing segment";
+        if (space && (cut = tn_io_ftruncate(s->fd, s->size)) != 0)
+            what = "cutting back after a full disk segment";
+        else if (space && (cut = tn_io_fdatasync(s->fd)) != 0)
+            what = "fdatasync after a full disk of segment"; /* latched as any */
+        if (space && cut == 0) {
             l->wnext = atomic_load(&l->next_seq); /* this flush's seqs go back */
             TN_LOG_RL(TN_LOG_ERROR, 60000, "ingress log: writing segment %s: %s", s->path,
                       tn_strerror(rc));
         } else {
-            latch(l, rc, "writing segment %s", s->path);
+            latch(l, cut != 0 ? cut : rc, "%s %s", what, s->path);
         }
         return rc;
     }

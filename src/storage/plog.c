@@ -19,15 +19,13 @@
  *      append and read and never retries the fsync, whose failure may have
  *      dropped dirty pages the kernel will not write again. The exceptions
  *      are writes that find the disk full (tn_io_nospace) before anything
- *      synced them: a plain publish's records (cut off again,
- *      flush_failed), a new leader's epoch-start record (when it is the
- *      first of its write: its epoch stays at the log end with no record,
- *      and begin_epoch may ask for that epoch again), the epochs file
- *      saved for it (its epoch taken back), and a roll's sidecar or next
- *      segment file, also refused for want of a descriptor (EMFILE,
- *      ENFILE; the old segment stays the active one, roll_failed).
- *      Those fail the round's requests alone, and a later round writes
- *      again.
+ *      synced them: a plain publish's records (cut off again and the
+ *      cut fdatasync'ed before they are answered, flush_failed), a new leader's epoch-start record
+ * (when it is the first of its write: its epoch stays at the log end with no record, and
+ * begin_epoch may ask for that epoch again), the epochs file saved for it (its epoch taken back),
+ * and a roll's sidecar or next segment file, also refused for want of a descriptor (EMFILE, ENFILE;
+ * the old segment stays the active one, roll_failed). Those fail the round's requests alone, and a
+ * later round writes again.
  *   6. A record's sync_mark is the segment length covered by an fdatasync
  *      when the record was written; recovery trusts it to tell a torn tail
  *      from damage (segment.c).
@@ -1379,7 +1377,11 @@ static void fail_from(tn_append_t *from, int err)
  * the epoch of such a start, and begin_epoch may ask for that epoch again
  * (epoch_unwritten). An epoch start after other records of the flush
  * (its epoch would begin past the log end the cut leaves), anything
- * else, or a cut that fails, is sticky. */
+ * else, or a cut that fails, is sticky. The cut is fdatasync'ed before
+ * the requests are answered: a full disk's short write may have put
+ * whole records in the file, and a crash that kept them (their cut lost
+ * with the page cache) would bring back publishes answered with the
+ * error, past records later written over their first bytes. */
 static void flush_failed(tn_plog_t *plog, tn_seg_t *seg, tn_append_t *group, tn_append_t *end,
                          int rc)
 {
@@ -1392,7 +1394,13 @@ static void flush_failed(tn_plog_t *plog, tn_seg_t *seg, tn_append_t *group, tn_
         plain = r->first_offset == seg->base + seg->count;
         unwritten = r->epoch;
     }
-    if (plain && tn_io_ftruncate(seg->fd, seg->size) == 0) {
+    int cut = 0;
+    const char *what = "writing segment";
+    if (plain && (cut = tn_io_ftruncate(seg->fd, seg->size)) != 0)
+        what = "cutting back after a full disk segment";
+    else if (plain && (cut = tn_io_fdatasync(seg->fd)) != 0)
+        what = "fdatasync after a full disk of segment"; /* sticky as any */
+    if (plain && cut == 0) {
         if (unwritten != 0)
             plog->epoch_unwritten = unwritten;
         seg->alloc = seg->size;
@@ -1403,7 +1411,7 @@ static void flush_failed(tn_plog_t *plog, tn_seg_t *seg, tn_append_t *group, tn_
                   ": %s; publishes to it fail until space is freed",
                   plog->topic, plog->partition, seg->base, tn_strerror(rc));
     } else {
-        set_sticky(plog, rc, "writing segment %" PRIu64, seg->base);
+        set_sticky(plog, cut != 0 ? cut : rc, "%s %" PRIu64, what, seg->base);
     }
     fail_from(group, rc);
 }
