@@ -1065,27 +1065,6 @@ static bool carried_stamp(const char *path)
            topic_file(path, TN_STORE_STAMP_FILE, t);
 }
 
-/* Remove dir and the files in it (a topic directory holding no
- * partition: pause files and stamps only). */
-static int remove_files_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return errno == ENOENT ? 0 : tn_err_from_errno(errno);
-    int rc = 0;
-    struct dirent *e;
-    while (rc == 0 && (e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        if (unlinkat(dirfd(d), e->d_name, 0) != 0)
-            rc = tn_err_from_errno(errno);
-    }
-    closedir(d);
-    if (rc == 0 && rmdir(dir) != 0)
-        rc = tn_err_from_errno(errno);
-    return rc;
-}
-
 /* A plain restore: each topic directory of the node's copy that holds no
  * partition, only a pause's files (a pause this node took of a topic it
  * held no copy of, carried by api/backup.c list_bare), gets the stamp of
@@ -1127,7 +1106,7 @@ static int stamp_bare(const tn_meta_state_t *s, const tn_manifest_t *m, const ch
         if (tn_manifest_find(m, cp) == NULL || tn_store_stamp_read_dir(cdir, &had) != 0)
             had = 0;
         if (had != e->rec.created_at_ms) {
-            int rc = remove_files_dir(tdir);
+            int rc = tn_manifest_remove_dir(tdir);
             if (rc != 0)
                 return say("restore", "%s (an earlier topic's of the name): %s", tdir,
                            tn_strerror(rc));

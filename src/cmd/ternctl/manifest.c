@@ -10,6 +10,7 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "storage/io.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -549,4 +550,12 @@ long tn_manifest_check_channels(const tn_manifest_t *m, FILE *out)
     tn_free(order);
     tn_free(cf);
     return said;
+}
+
+int tn_manifest_remove_dir(const char *dir)
+{
+    /* Not opendir and unlinkat: a link in dir's place (the target is the
+     * operator's, and may change under the restore) was followed, and the
+     * files of whatever it pointed at unlinked. */
+    return tn_io_remove_tree(dir);
 }

@@ -73,4 +73,11 @@ bool tn_manifest_path_ok(const char *p);
  * it. Returns how many were said, or -1 out of memory. */
 long tn_manifest_check_channels(const tn_manifest_t *m, FILE *out);
 
+/* `ternctl restore`'s removal of a topic directory dir (borrowed) of its
+ * target that is an earlier topic's of the name (backup.c stamp_bare): dir
+ * and everything in it. A symbolic link, at dir or under it, is removed as
+ * a link and never followed (tn_io_remove_tree), so nothing outside the
+ * data path is touched. 0 (also when dir is gone) or the first error. */
+int tn_manifest_remove_dir(const char *dir);
+
 #endif

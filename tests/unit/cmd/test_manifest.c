@@ -10,11 +10,14 @@
 #include "testutil.h"
 
 #include "cmd/ternctl/manifest.h"
+#include "core/err.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define HEAD                                                                                       \
     "{\"format\":\"tern-backup 1\",\"storage_format\":1,\"session\":\"ab12\",\"node_id\":2,"       \
@@ -291,6 +294,54 @@ static void test_channel_check_many_files(void **state)
     free(paths);
 }
 
+/* restore's removal of an earlier topic's directory: a symbolic link in
+ * its place, to a directory outside the data path, is removed as a link;
+ * the directory it points at and its files survive. So does one a link
+ * in the directory points at. Before, the link was followed and the
+ * outside directory's files unlinked. */
+static void test_remove_dir_follows_no_link(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/tern-rmdir-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    char outside[128], victim[160], data[128], tdir[160], link_in[192], pause[192];
+    snprintf(outside, sizeof(outside), "%s/outside", root);
+    snprintf(victim, sizeof(victim), "%s/pause", outside);
+    snprintf(data, sizeof(data), "%s/data", root);
+    snprintf(tdir, sizeof(tdir), "%s/t", data);
+    assert_int_equal(mkdir(outside, 0700), 0);
+    assert_int_equal(mkdir(data, 0700), 0);
+    FILE *f = fopen(victim, "w");
+    assert_non_null(f);
+    fputs("keep", f);
+    fclose(f);
+    /* The topic directory is a link to the outside one. */
+    assert_int_equal(symlink(outside, tdir), 0);
+    int rc = tn_manifest_remove_dir(tdir);
+    printf("removing a linked topic directory: %s, outside file %s\n", tn_err_name(rc),
+           access(victim, F_OK) == 0 ? "kept" : "gone");
+    assert_int_equal(rc, 0);
+    assert_int_equal(access(victim, F_OK), 0);
+    struct stat st;
+    assert_int_not_equal(lstat(tdir, &st), 0);
+    /* A directory holding a link to the outside one, beside a file. */
+    assert_int_equal(mkdir(tdir, 0700), 0);
+    snprintf(link_in, sizeof(link_in), "%s/c", tdir);
+    snprintf(pause, sizeof(pause), "%s/pause", tdir);
+    assert_int_equal(symlink(outside, link_in), 0);
+    f = fopen(pause, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(tn_manifest_remove_dir(tdir), 0);
+    assert_int_not_equal(lstat(tdir, &st), 0);
+    assert_int_equal(access(victim, F_OK), 0);
+    assert_int_equal(tn_manifest_remove_dir(tdir), 0); /* gone: nothing to do */
+    unlink(victim);
+    rmdir(outside);
+    rmdir(data);
+    rmdir(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -300,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_path_rule),
         cmocka_unit_test(test_channel_check_says_what_does_not_pair),
         cmocka_unit_test(test_channel_check_many_files),
+        cmocka_unit_test(test_remove_dir_follows_no_link),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
