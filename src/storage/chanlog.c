@@ -351,18 +351,14 @@ static void write_failed(tn_chanlog_t *cl, int rc)
     bool space = tn_io_nospace(rc);
     for (tn_walop_t *op = cl->rhead; space && op != NULL; op = op->pnext)
         space = op->space_ok;
-    int cut = 0;
-    const char *what = "writing the WAL";
-    if (space && (cut = tn_io_ftruncate(cl->fd, cl->wal_size)) != 0)
-        what = "cutting the WAL back after a full disk";
-    else if (space && (cut = tn_io_fdatasync(cl->fd)) != 0)
-        what = "fdatasync of the WAL cut back after a full disk"; /* sticky as any */
+    int cut = space ? tn_io_cut_back(cl->fd, cl->wal_size) : 0;
     if (space && cut == 0) {
         cl->alloc = cl->wal_size;
         TN_LOG_RL(TN_LOG_WARN, 60000, "channel %s in %s: writing the WAL: %s", cl->name, cl->dir,
                   tn_strerror(rc));
     } else {
-        set_sticky(cl, cut != 0 ? cut : rc, "%s", what);
+        set_sticky(cl, cut != 0 ? cut : rc, "%s",
+                   cut != 0 ? "cutting the WAL back after a full disk" : "writing the WAL");
     }
     fail_round(cl, rc);
 }

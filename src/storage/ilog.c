@@ -928,18 +928,14 @@ static int flush(tn_ilog_t *l, size_t niov, size_t nframes, uint64_t wend)
          * a crash could keep them (the cut lost with the page cache) and
          * bring back appends answered with the error. */
         bool space = tn_io_nospace(rc);
-        int cut = 0;
-        const char *what = "writing segment";
-        if (space && (cut = tn_io_ftruncate(s->fd, s->size)) != 0)
-            what = "cutting back after a full disk segment";
-        else if (space && (cut = tn_io_fdatasync(s->fd)) != 0)
-            what = "fdatasync after a full disk of segment"; /* latched as any */
+        int cut = space ? tn_io_cut_back(s->fd, s->size) : 0;
         if (space && cut == 0) {
             l->wnext = atomic_load(&l->next_seq); /* this flush's seqs go back */
             TN_LOG_RL(TN_LOG_ERROR, 60000, "ingress log: writing segment %s: %s", s->path,
                       tn_strerror(rc));
         } else {
-            latch(l, cut != 0 ? cut : rc, "%s %s", what, s->path);
+            latch(l, cut != 0 ? cut : rc, "%s segment %s",
+                  cut != 0 ? "cutting back after a full disk" : "writing", s->path);
         }
         return rc;
     }

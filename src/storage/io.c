@@ -1101,6 +1101,12 @@ int tn_io_ftruncate(int fd, uint64_t len)
     return 0;
 }
 
+int tn_io_cut_back(int fd, uint64_t len)
+{
+    int rc = tn_io_ftruncate(fd, len);
+    return rc != 0 ? rc : tn_io_fdatasync(fd);
+}
+
 int tn_io_fsize(int fd, uint64_t *size)
 {
     struct stat st;

@@ -68,6 +68,12 @@ typedef struct {
 void tn_io_fdatasync_many(tn_io_syncs_t *s, const int *fds, int *rcs, size_t n);
 void tn_io_syncs_fini(tn_io_syncs_t *s);
 int tn_io_ftruncate(int fd, uint64_t len);
+/* Cut fd back to len and fdatasync it: a full disk's short write undone
+ * for good, so that none of its bytes are in the file after a crash (a
+ * truncation only in the page cache could be lost with it, and whole
+ * records of the short write come back). 0 or the first error (the
+ * sync's failing is sticky for the caller, as any). */
+int tn_io_cut_back(int fd, uint64_t len);
 int tn_io_fsize(int fd, uint64_t *size);
 int tn_io_rename(const char *from, const char *to);
 int tn_io_unlink(const char *path);

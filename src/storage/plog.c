@@ -1394,12 +1394,7 @@ static void flush_failed(tn_plog_t *plog, tn_seg_t *seg, tn_append_t *group, tn_
         plain = r->first_offset == seg->base + seg->count;
         unwritten = r->epoch;
     }
-    int cut = 0;
-    const char *what = "writing segment";
-    if (plain && (cut = tn_io_ftruncate(seg->fd, seg->size)) != 0)
-        what = "cutting back after a full disk segment";
-    else if (plain && (cut = tn_io_fdatasync(seg->fd)) != 0)
-        what = "fdatasync after a full disk of segment"; /* sticky as any */
+    int cut = plain ? tn_io_cut_back(seg->fd, seg->size) : 0;
     if (plain && cut == 0) {
         if (unwritten != 0)
             plog->epoch_unwritten = unwritten;
@@ -1411,7 +1406,8 @@ static void flush_failed(tn_plog_t *plog, tn_seg_t *seg, tn_append_t *group, tn_
                   ": %s; publishes to it fail until space is freed",
                   plog->topic, plog->partition, seg->base, tn_strerror(rc));
     } else {
-        set_sticky(plog, cut != 0 ? cut : rc, "%s %" PRIu64, what, seg->base);
+        set_sticky(plog, cut != 0 ? cut : rc, "%s segment %" PRIu64,
+                   cut != 0 ? "cutting back after a full disk" : "writing", seg->base);
     }
     fail_from(group, rc);
 }

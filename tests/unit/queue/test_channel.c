@@ -123,6 +123,25 @@ static void fill_log_at_ack(qfx_t *q, qfx_sink_t *s, tn_channel_t *ch, int k)
     tn_io_fail_write_after(-1, 0);
 }
 
+/* Channel c of topic t on q with s attached, its partition 0's log full
+ * (fill_log_at_ack at message 0): s holds message 1. */
+static tn_channel_t *full_log_sink(qfx_t *q, qfx_sink_t *s)
+{
+    tn_channel_t *ch = sink_with(q, s, 3);
+    fill_log_at_ack(q, s, ch, 0);
+    assert_true(qfx_run_until(q, one_log_full, q->b));
+    return ch;
+}
+
+/* Wait until what ch queued so far is durable (tn_channel_sync_all): 0. */
+static void sync_all_ok(qfx_t *q, tn_channel_t *ch)
+{
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_channel_sync_all(ch, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
+    assert_int_equal(w.status, 0);
+}
+
 /* Restart q and the stats of its channel c of topic t. */
 static void restarted_stats(qfx_t *q, tn_channel_stats_t *st)
 {
@@ -365,9 +384,7 @@ static void test_pause_on_a_full_log_refused(void **state)
     (void)state;
     qfx_t *q = qfx_new(NULL, NULL);
     qfx_sink_t s;
-    tn_channel_t *ch = sink_with(q, &s, 3);
-    fill_log_at_ack(q, &s, ch, 0);
-    assert_true(qfx_run_until(q, one_log_full, q->b));
+    tn_channel_t *ch = full_log_sink(q, &s);
     uint64_t submitted = tn_chanlog_submitted(ch->parts[0]->cl);
     int rc = tn_channel_pause(ch, true);
     printf("pause on a full log: %s, paused %d, pause file writes asked %" PRIu64 "\n",
@@ -379,10 +396,7 @@ static void test_pause_on_a_full_log_refused(void **state)
     /* Space again: the pause is taken, and kept by a restart. */
     assert_true(qfx_run_until(q, no_log_full, q->b));
     assert_int_equal(tn_channel_pause(ch, true), 0);
-    qfx_allw_t w = {0};
-    assert_int_equal(tn_channel_sync_all(ch, qfx_on_sync_all, &w), 0);
-    assert_true(qfx_run_until(q, qfx_all_done, &w));
-    assert_int_equal(w.status, 0);
+    sync_all_ok(q, ch);
     tn_consumer_detach(&s.c);
     qfx_restart(q);
     ch = channel(q, "t", "c");
@@ -401,9 +415,7 @@ static void test_empty_on_a_full_log_refused(void **state)
     (void)state;
     qfx_t *q = qfx_new(NULL, NULL);
     qfx_sink_t s;
-    tn_channel_t *ch = sink_with(q, &s, 3);
-    fill_log_at_ack(q, &s, ch, 0);
-    assert_true(qfx_run_until(q, one_log_full, q->b));
+    tn_channel_t *ch = full_log_sink(q, &s);
     uint64_t submitted = tn_chanlog_submitted(ch->parts[0]->cl);
     int rc = tn_channel_empty(ch);
     tn_channel_stats_t st;
@@ -421,10 +433,7 @@ static void test_empty_on_a_full_log_refused(void **state)
     tn_channel_stats(ch, &st);
     assert_int_equal(st.inflight, 0);
     assert_int_equal(st.depth, 0);
-    qfx_allw_t w = {0};
-    assert_int_equal(tn_channel_sync_all(ch, qfx_on_sync_all, &w), 0);
-    assert_true(qfx_run_until(q, qfx_all_done, &w));
-    assert_int_equal(w.status, 0);
+    sync_all_ok(q, ch);
     tn_consumer_detach(&s.c);
     restarted_stats(q, &st);
     assert_int_equal(st.depth, 0);

@@ -333,6 +333,19 @@ static int pause_and_wait(qfx_t *q, tn_channel_t *ch, bool paused)
     return w.status;
 }
 
+/* Channel c of a topic t of 2 partitions on q, their files here (made
+ * with everything local), then both placed on node 9: this node leads
+ * none of them. */
+static tn_channel_t *channel_led_elsewhere(qfx_t *q, tn_topic_t **t)
+{
+    *t = qfx_topic(q, "t", 2);
+    tn_channel_t *ch = qfx_channel(q, *t, "c");
+    tn_broker_set_placement(q->b, place, NULL);
+    place_all(9);
+    follow(q, *t);
+    return ch;
+}
+
 /* A node's pause is its own (docs/cluster.md, "Pause and empty are per
  * node"): paused while it leads none of the topic's partitions (their
  * files here, led elsewhere), the pause is kept in its pause file, the
@@ -343,12 +356,9 @@ static int pause_and_wait(qfx_t *q, tn_channel_t *ch, bool paused)
 static void test_pause_kept_leading_nothing(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(qfx_small_memlogs, NULL); /* everything local: the topic's files here */
-    tn_topic_t *t = qfx_topic(q, "t", 2);
-    tn_channel_t *ch = qfx_channel(q, t, "c");
-    tn_broker_set_placement(q->b, place, NULL);
-    place_all(9);
-    follow(q, t);
+    qfx_t *q = qfx_new(qfx_small_memlogs, NULL);
+    tn_topic_t *t;
+    tn_channel_t *ch = channel_led_elsewhere(q, &t);
     assert_false(tn_topic_part_local(t, 0) || tn_topic_part_local(t, 1));
     qfx_run_for(q, 30);
     tn_io_fail_sync_after(0, UV_EIO); /* the pause file's fdatasync */
@@ -378,12 +388,9 @@ static bool stamp_and_pause_written(void *arg)
 static void test_pause_file_write_failed_taken_back(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(qfx_small_memlogs, NULL); /* everything local: the topic's files here */
-    tn_topic_t *t = qfx_topic(q, "t", 2);
-    tn_channel_t *ch = qfx_channel(q, t, "c");
-    tn_broker_set_placement(q->b, place, NULL);
-    place_all(9);
-    follow(q, t);
+    qfx_t *q = qfx_new(qfx_small_memlogs, NULL);
+    tn_topic_t *t;
+    tn_channel_t *ch = channel_led_elsewhere(q, &t);
     qfx_run_for(q, 30);
     tn_io_fail_sync_after(0, UV_EIO); /* the pause file's fdatasync */
     int rc = pause_and_wait(q, ch, true);
