@@ -385,7 +385,8 @@ static void test_channel_stamp(void **state)
 static bool exists(const char *dir, const char *name)
 {
     char path[4096];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
+        return false;
     struct stat st;
     return lstat(path, &st) == 0;
 }
