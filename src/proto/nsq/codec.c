@@ -172,6 +172,11 @@ static const struct {
 
 const char *tn_nsq_op_name(tn_nsq_op_t op)
 {
+    /* Asked for every command (server.c refusal): the table is in the
+     * enum's order, so op's entry is at op - 1. */
+    size_t at = (size_t)op - 1;
+    if (op >= 1 && at < TN_ARRAY_SIZE(commands) && commands[at].op == op)
+        return commands[at].name;
     for (size_t i = 0; i < TN_ARRAY_SIZE(commands); i++) {
         if (commands[i].op == op)
             return commands[i].name;

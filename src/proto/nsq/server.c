@@ -1160,10 +1160,9 @@ static bool answers(tn_nsq_op_t op)
  * whose arguments are also wrong gets this error, as from nsqd. */
 static tn_nsq_err_t refusal(const conn_t *c, tn_nsq_op_t op, char *text, size_t len)
 {
-    const char *name = tn_nsq_op_name(op);
     bool refused;
     if (c->srv->opts.tls_required && c->tls == NULL && op != TN_NSQ_IDENTIFY) {
-        snprintf(text, len, "cannot %s in current state (TLS required)", name);
+        snprintf(text, len, "cannot %s in current state (TLS required)", tn_nsq_op_name(op));
         return TN_NSQ_E_INVALID;
     }
     switch (op) {
@@ -1193,7 +1192,7 @@ static tn_nsq_err_t refusal(const conn_t *c, tn_nsq_op_t op, char *text, size_t 
     }
     if (!refused)
         return TN_NSQ_E_NONE;
-    snprintf(text, len, "cannot %s in current state", name);
+    snprintf(text, len, "cannot %s in current state", tn_nsq_op_name(op));
     return TN_NSQ_E_INVALID;
 }
 
