@@ -144,6 +144,7 @@ if ! given peers "$@" && ! given join "$@"; then
         done
     fi
     if [ "$mode" = peers ]; then
+        echo "tern-entrypoint: member $((ordinal + 1)) of $replicas: no Raft state in $data/meta and no other member ready: the cluster's first start, once every member's name resolves" >&2
         deadline=$((SECONDS + wait_s))
         for n in "${names[@]}"; do
             until timeout 5 getent hosts "$n" >/dev/null; do

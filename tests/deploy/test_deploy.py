@@ -431,7 +431,10 @@ class EntrypointCluster(unittest.TestCase):
     for the pods' IPs), and the pods' DNS names t-N.t-peers from an
     /etc/hosts bind-mounted in a mount namespace of their own (unshare -m,
     as root), so nothing outside sees it. The first start bootstraps with
-    --peers; a restarted member and a member whose volume was emptied
+    --peers: each member's hosts file has only its own name until all
+    three said so (a member that finds two others ready first joins them
+    instead, right for a late pod but not what this start is about); a
+    restarted member and a member whose volume was emptied
     come back with --join; a re-created pod comes back at a new IP under
     its name (the hosts file rewritten in place, which every member's bind
     mount shows) and takes part in the metastore again."""
@@ -446,16 +449,23 @@ class EntrypointCluster(unittest.TestCase):
             raise AssertionError("this test needs root and unshare (util-linux) for a private "
                                  "/etc/hosts")
         cls.dir = tempfile.mkdtemp(prefix="tern-entry-cluster-")
-        cls.hosts = os.path.join(cls.dir, "hosts")
         with open("/etc/hosts") as f:
             cls.base_hosts = f.read()
         cls.ips = {i: f"127.0.0.{11 + i}" for i in range(cls.N)}
-        cls.write_hosts()
+        cls.write_hosts(only_own=True)
         cls.http, cls.raft = harness.free_port(), harness.free_port()
         cls.procs = {}
         try:
             for i in range(cls.N):
                 cls.start(i)
+            deadline = time.monotonic() + 60
+            for i in range(cls.N):
+                while "the cluster's first start, once every member's name" not in cls.log(i):
+                    if cls.procs[i].poll() is not None or time.monotonic() > deadline:
+                        raise AssertionError(f"t-{i} did not choose the first start (exit "
+                                             f"{cls.procs[i].poll()}):\n{cls.log(i)}")
+                    time.sleep(0.1)
+            cls.write_hosts()
             for i in range(cls.N):
                 cls.wait_ready(i)
         except BaseException:
@@ -463,12 +473,19 @@ class EntrypointCluster(unittest.TestCase):
             raise
 
     @classmethod
-    def write_hosts(cls):
-        """The pods' names at cls.ips, written in place (the same inode:
-        the members' bind mounts see the change)."""
-        with open(cls.hosts, "w") as f:
-            f.write(cls.base_hosts + "".join(f"{cls.ips[i]} t-{i}.t-peers\n"
-                                             for i in range(cls.N)))
+    def write_hosts(cls, only_own=False):
+        """Each member's hosts file: the pods' names at cls.ips (only its
+        own with only_own), written in place (the same inode: the
+        member's bind mount sees the change)."""
+        for m in range(cls.N):
+            with open(cls.hosts(m), "w") as f:
+                f.write(cls.base_hosts + "".join(f"{cls.ips[i]} t-{i}.t-peers\n"
+                                                 for i in range(cls.N)
+                                                 if not only_own or i == m))
+
+    @classmethod
+    def hosts(cls, i):
+        return os.path.join(cls.dir, f"hosts{i}")
 
     @classmethod
     def tearDownClass(cls):
@@ -490,7 +507,7 @@ class EntrypointCluster(unittest.TestCase):
         # unshare and sh exec in place: the process id ends up ternd's.
         cls.procs[i] = subprocess.Popen(
             ["unshare", "-m", "--", "sh", "-c",
-             'mount --bind "$0" /etc/hosts && exec bash "$1"', cls.hosts, ENTRYPOINT],
+             'mount --bind "$0" /etc/hosts && exec bash "$1"', cls.hosts(i), ENTRYPOINT],
             env=env, stdout=log, stderr=log)
         log.close()
 

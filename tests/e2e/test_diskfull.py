@@ -158,15 +158,27 @@ class DiskFull(unittest.TestCase):
 
     def health(self, d):
         """/ping's answer, and the health /stats gives in JSON and text
-        (nsqd's: 200 OK, or 500 with the same "NOK - <error>" as /stats)."""
-        ping = self.http(d, "/ping")
-        status, body = self.http(d, "/stats?format=json")
-        self.assertEqual(status, 200, body)
-        status, text = self.http(d, "/stats")
-        self.assertEqual(status, 200, text)
-        health = json.loads(body)["health"]
+        (nsqd's: 200 OK, or 500 with the same "NOK - <error>" as /stats).
+        Four reads, one state: the JSON health is read before and after
+        /ping and the text, and the reads are taken again while it
+        changed in between (a channel resuming as the test waits for it)."""
+        deadline = time.monotonic() + 30
+        while True:
+            before = self.json_health(d)
+            ping = self.http(d, "/ping")
+            status, text = self.http(d, "/stats")
+            self.assertEqual(status, 200, text)
+            health = self.json_health(d)
+            if health == before:
+                break
+            self.assertLess(time.monotonic(), deadline, f"health never still: {before} {health}")
         self.assertIn(b"\nHealth: %s\n" % health.encode(), text)
         return ping, health
+
+    def json_health(self, d):
+        status, body = self.http(d, "/stats?format=json")
+        self.assertEqual(status, 200, body)
+        return json.loads(body)["health"]
 
     def assert_healthy(self, d):
         self.assertEqual(self.health(d), ((200, b"OK"), "OK"))
