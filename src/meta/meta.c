@@ -132,6 +132,12 @@ struct tn_meta_s {
     /* Loop ms until which proposals wait rather than go to libraft: the
      * disk had no room for the log's next segment (room_for_entry). */
     uint64_t no_room_until;
+    /* The disk's room for the log, read rarely (room.h tn_meta_room_t):
+     * the last reading, its loop ms, and the entry bytes proposed since. */
+    tn_meta_room_t room;
+    bool room_read; /* room holds a reading that may still be used */
+    uint64_t room_at;
+    uint64_t room_spent;
     struct raft_transfer room_xfer; /* hands leadership away for room */
     bool room_xfer_busy;
     int64_t leader_since_wall; /* wall ms this node became leader; 0 = not leader */
@@ -601,11 +607,28 @@ static void hand_over_for_room(tn_meta_t *m)
     }
 }
 
-/* 0, or UV_ENOSPC when the next entry could need a new log segment and the
- * disk has no room for one (room.h: libraft 0.15 crashes when that
- * allocation fails under waiting appends). A snapshot closes the segment
- * being written, so one that is due needs a prepared segment or room. */
-static int room_for_entry(tn_meta_t *m)
+/* How long a reading of the disk's room serves proposals (room.h) when
+ * nothing else asks for a new one: the bound on how late a disk filled by
+ * others is noticed while libraft needs no segment (when it may, at a
+ * snapshot due, the disk is read again). */
+#define ROOM_READING_MS 1000
+
+/* Whether the room reading may no longer hold for the next entry: none
+ * yet, too old, TN_META_ROOM_BURST bytes proposed since, or a snapshot
+ * due (soon: libraft may need a segment now; read once a loop ms). */
+static bool room_stale(const tn_meta_t *m, uint64_t now, bool soon)
+{
+    return !m->room_read || now - m->room_at >= ROOM_READING_MS ||
+           m->room_spent >= TN_META_ROOM_BURST || (soon && now != m->room_at);
+}
+
+/* 0, or UV_ENOSPC when the next entry (bytes long) could need a new log
+ * segment and the disk has no room for one (room.h: libraft 0.15 crashes
+ * when that allocation fails under waiting appends). A snapshot closes
+ * the segment being written, so one that is due needs a prepared segment
+ * or room. The disk is read only when room_stale says so; in between,
+ * what was proposed since the reading counts as taken. */
+static int room_for_entry(tn_meta_t *m, size_t bytes)
 {
     uint64_t now = uv_now(m->loop);
     if (now < m->no_room_until)
@@ -613,15 +636,25 @@ static int room_for_entry(tn_meta_t *m)
     raft_index next = raft_last_index(&m->raft) + 1 + m->inflight;
     bool soon =
         next + SNAPSHOT_MARGIN >= m->raft.log.snapshot.last_index + m->raft.snapshot.threshold;
-    char why[1200];
-    int rc = tn_meta_room_next(m->dir, soon, why, sizeof(why));
-    if (rc != 0) {
-        m->no_room_until = now + NO_ROOM_RETRY_MS;
-        hand_over_for_room(m);
+    if (room_stale(m, now, soon)) {
+        tn_meta_room_read(m->dir, &m->room);
+        m->room_read = true;
+        m->room_at = now;
+        m->room_spent = 0;
     }
-    if (rc != 0)
-        TN_LOG_RL(TN_LOG_WARN, 60000,
-                  "metastore: %s; metastore writes are refused until space is freed", why);
+    char why[1200];
+    int rc = tn_meta_room_judge(&m->room, m->room_spent, soon, m->dir, why, sizeof(why));
+    if (rc == 0) {
+        m->room_spent += bytes;
+        return 0;
+    }
+    /* The next look, after the wait, reads the disk again: space freed
+     * meanwhile is taken at once. */
+    m->room_read = false;
+    m->no_room_until = now + NO_ROOM_RETRY_MS;
+    hand_over_for_room(m);
+    TN_LOG_RL(TN_LOG_WARN, 60000,
+              "metastore: %s; metastore writes are refused until space is freed", why);
     return rc;
 }
 
@@ -631,7 +664,7 @@ static int room_for_entry(tn_meta_t *m)
  * req's buffer is still ours then, and its callback has not run. */
 static int submit_try(tn_meta_t *m, tn_meta_req_t *req)
 {
-    int rc = room_for_entry(m);
+    int rc = room_for_entry(m, req->buf.len);
     if (rc != 0)
         return rc;
     stamp_skip(m, req);

@@ -85,18 +85,37 @@ int tn_meta_room_check(const char *dir, uint64_t *room_out, char *err, size_t er
     return UV_ENOSPC;
 }
 
-int tn_meta_room_next(const char *dir, bool soon, char *err, size_t errlen)
+#ifdef TN_TEST
+uint64_t tn_meta_room_reads;
+#endif
+
+void tn_meta_room_read(const char *dir, tn_meta_room_t *r)
 {
+#ifdef TN_TEST
+    tn_meta_room_reads++;
+#endif
+    memset(r, 0, sizeof(*r));
     struct statvfs sv;
     if (statvfs(dir, &sv) != 0)
+        return;
+    r->known = true;
+    r->free = (uint64_t)sv.f_bavail * sv.f_frsize;
+    /* Counted whenever a judge before the next reading could want it:
+     * spent stays under TN_META_ROOM_BURST. */
+    if (r->free < (uint64_t)TN_META_SEGMENT_BYTES + TN_META_ROOM_SPARE + TN_META_ROOM_BURST)
+        open_segments(dir, false, &r->nopen);
+}
+
+int tn_meta_room_judge(const tn_meta_room_t *r, uint64_t spent, bool soon, const char *dir,
+                       char *err, size_t errlen)
+{
+    if (!r->known)
         return 0;
-    uint64_t room = (uint64_t)sv.f_bavail * sv.f_frsize;
+    uint64_t room = r->free > spent ? r->free - spent : 0;
     uint64_t need = (uint64_t)TN_META_SEGMENT_BYTES + TN_META_ROOM_SPARE;
     if (room >= need)
         return 0;
-    unsigned nopen;
-    open_segments(dir, false, &nopen);
-    if (nopen >= (soon ? 2u : 1u))
+    if (r->nopen >= (soon ? 2u : 1u))
         return 0;
     tn_errbuf(err, errlen,
               "%s: %" PRIu64 " KiB free on its file system, and the metastore's log needs %" PRIu64
