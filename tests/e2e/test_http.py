@@ -758,6 +758,22 @@ class HTTP(AdminDaemon, unittest.TestCase):
                        b"http://"):
             self.assert_refused(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % target)
 
+    def test_options_asterisk(self):
+        # RFC 9110 9.3.7: OPTIONS * asks about the server in general: 200,
+        # no body, Allow with every method the server takes (was: 404).
+        lines, out, _ = self.answers(b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"
+                                     b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        self.assertEqual(lines, [b"HTTP/1.1 200 OK"] * 2, out)
+        head, rest = out.split(b"\r\n\r\n", 1)
+        self.assertTrue(rest.startswith(b"HTTP/1.1 200 OK"), out)  # no body
+        self.assertIn(b"\r\nContent-Length: 0", head, out)
+        allow = re.search(rb"\r\nAllow: ([^\r]*)", head)
+        self.assertIsNotNone(allow, out)
+        methods = allow.group(1).split(b", ")
+        self.assertEqual(methods, sorted(methods), out)
+        for m in (b"DELETE", b"GET", b"HEAD", b"OPTIONS", b"POST", b"PUT"):
+            self.assertIn(m, methods, out)
+
     def test_no_content_length_on_204(self):
         # RFC 9110 8.6: never in a 204; the next answer follows right after.
         t = fresh()

@@ -685,25 +685,36 @@ static const route_t *find_route(tn_http_server_t *s, const tn_http_req_t *h, bo
     return NULL;
 }
 
+/* Add name to the n names of m (room for cap) unless it is there. */
+static void add_method(const char **m, size_t *n, size_t cap, const char *name)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(m[i], name) == 0)
+            return;
+    if (*n < cap)
+        m[(*n)++] = name;
+}
+
 /* The methods of the routes with h's path, for a 405's Allow header. Only
  * then: formatting it on every request was two snprintf calls a /pub, an
  * eighth of the loop's user time. */
 /* The methods h's path takes, and OPTIONS, sorted and joined by ", " as
- * nsqd's router (httprouter) writes its Allow header. */
+ * nsqd's router (httprouter) writes its Allow header. For the asterisk
+ * form (OPTIONS *, the server in general: RFC 9110 9.3.7), every route's
+ * method, and HEAD when a route takes GET (find_route answers it). */
 static void allowed_methods(tn_http_server_t *s, const tn_http_req_t *h, char *allow,
                             size_t allowlen)
 {
     const char *m[16];
     size_t n = 0;
+    bool any = h->target.len == 1 && h->target.base[0] == '*';
     m[n++] = "OPTIONS";
-    for (const route_t *r = s->routes; r != NULL && n < TN_ARRAY_SIZE(m); r = r->next) {
-        if (!path_matches(r->path, h->path, NULL))
+    for (const route_t *r = s->routes; r != NULL; r = r->next) {
+        if (!any && !path_matches(r->path, h->path, NULL))
             continue;
-        bool dup = false;
-        for (size_t i = 0; i < n && !dup; i++)
-            dup = strcmp(m[i], r->method) == 0;
-        if (!dup)
-            m[n++] = r->method;
+        add_method(m, &n, TN_ARRAY_SIZE(m), r->method);
+        if (any && strcmp(r->method, "GET") == 0)
+            add_method(m, &n, TN_ARRAY_SIZE(m), "HEAD");
     }
     for (size_t i = 1; i < n; i++) /* insertion sort: a handful of names */
         for (size_t j = i; j > 0 && strcmp(m[j - 1], m[j]) > 0; j--) {
@@ -879,6 +890,9 @@ static void route_request(conn_t *c)
     bool has_body = h->chunked || h->content_length > 0;
     bool known;
     const route_t *route = find_route(s, h, &known);
+    /* OPTIONS * (the parser takes the asterisk form for OPTIONS alone):
+     * answered below like OPTIONS of a path, with the server's methods. */
+    known = known || (h->target.len == 1 && h->target.base[0] == '*');
     if (route == NULL) {
         const guard_t *g = known ? NULL : find_guard(s, h);
         if (g != NULL && g->not_found != NULL) {
