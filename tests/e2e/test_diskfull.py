@@ -549,6 +549,9 @@ class MetastoreDiskFull(unittest.TestCase):
         no space left on device", and writes resume once space is freed,
         with no restart and no acknowledged change lost."""
         d = self.start()
+        # "ready" can be the metastore's line, before the root user's
+        # seeding writes the password file.
+        d.wait_for("root user admin created")
         with open(os.path.join(self.data, "admin-password")) as f:
             pw = f.read().strip()
         auth = {"Authorization": "Basic " + base64.b64encode(f"admin:{pw}".encode()).decode(),
