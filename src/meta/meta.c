@@ -801,7 +801,9 @@ static void requeue(tn_meta_t *m, tn_meta_req_t *req)
  * (tn_meta_confirm): a door takes the engine's part at its answer, and
  * the catalog, still seeing the record, would make the topic or channel
  * again from it and record it anew (docs/cluster.md "Deleting through a
- * follower"). */
+ * follower"). A forwarded change a client reads back (read_back) waits
+ * the same way, but is answered as the leader answered even when the
+ * confirmation fails. */
 typedef struct {
     tn_meta_req_t *req;
     int status; /* the leader's answer */
@@ -810,6 +812,36 @@ typedef struct {
 static bool removes_record(uint8_t type)
 {
     return type == TN_MC_TOPIC_DELETE || type == TN_MC_CHANNEL_DELETE;
+}
+
+/* A change a client asks for and may read back from the node it asked
+ * (its answer's body, its next GET): answered once this replica has it
+ * too, whatever the confirmation's outcome (the change is committed; a
+ * replica that cannot catch up within its bound answers as before). Not
+ * the members' and partitions' own bookkeeping (registrations, ISR
+ * changes, ownership), which no client reads back and which must not
+ * wait a second round trip. */
+static bool read_back(uint8_t type)
+{
+    switch (type) {
+    case TN_MC_TOPIC_PUT:
+    case TN_MC_CHANNEL_PUT:
+    case TN_MC_USER_PUT:
+    case TN_MC_USER_DELETE:
+    case TN_MC_MEMBER_DRAIN:
+    case TN_MC_PART_LEADER:
+    case TN_MC_PART_MOVE:
+    case TN_MC_CLUSTER_REBALANCE:
+    case TN_MC_MEMBER_REMOVE:
+    case TN_MC_TOPIC_FACTOR:
+    case TN_MC_REMOTE_PUT:
+    case TN_MC_REMOTE_DELETE:
+    case TN_MC_REMOTE_CHILD_PUT:
+    case TN_MC_REMOTE_CHILD_DELETE:
+        return true;
+    default:
+        return false;
+    }
 }
 
 static void on_applied_here(void *arg, int status)
@@ -822,7 +854,7 @@ static void on_applied_here(void *arg, int status)
      * metastore closing): the deletion is committed but not here yet, and
      * the caller learns only that (its engine's part is left to the
      * catalog, which follows the record once this replica has it). */
-    req->cb(req, status == 0 ? answer(req, answered) : status);
+    req->cb(req, status == 0 || !removes_record(req->type) ? answer(req, answered) : status);
 }
 
 static void on_forwarded(void *arg, int status)
@@ -848,7 +880,8 @@ static void on_forwarded(void *arg, int status)
         return;
     }
     raft_free(req->buf.base);
-    if ((status == 0 || status == TN_ENOTFOUND) && removes_record(req->type)) {
+    if (((status == 0 || status == TN_ENOTFOUND) && removes_record(req->type)) ||
+        (status == 0 && read_back(req->type))) {
         applied_here_t *h = tn_malloc(sizeof(*h));
         int rc = h != NULL ? 0 : UV_ENOMEM;
         if (h != NULL) {
@@ -859,7 +892,7 @@ static void on_forwarded(void *arg, int status)
                 return;
             tn_free(h);
         }
-        req->cb(req, rc);
+        req->cb(req, removes_record(req->type) ? rc : answer(req, status));
         return;
     }
     req->cb(req, answer(req, status));

@@ -29,7 +29,11 @@
  *      confirmation's error if it fails), since the doors delete the
  *      engine's part at the answer and the catalog would make it again
  *      from a record still here (docs/cluster.md "Deleting through a
- *      follower").
+ *      follower"). A successful change a client may read back from this
+ *      node (a topic, channel, user or remote put or deleted, a drain,
+ *      move, forced leader, rebalance, factor or member removal: meta.c
+ *      read_back) is answered once this replica has it too, the same
+ *      way, but with the leader's answer even if that confirmation fails.
  *
  * A failover under a forwarded proposal: a proposal has PROPOSE_MS (10 s,
  * the forward call's own bound) from tn_meta_propose. While its forward is

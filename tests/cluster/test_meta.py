@@ -465,6 +465,33 @@ class OverNodeRpc(ClusterTest):
                                         {"name": "during-failover", "partitions": 2})
         self.assertEqual(status, 409, body)  # a new create of the same name still conflicts
 
+    def test_a_write_through_a_follower_reads_back_there(self):
+        # A change answered by a follower is on that follower's replica when
+        # it answers: its answer and the next read there show it (they
+        # showed the record as it was before: the leader answers once it
+        # applied the entry, the follower's replica may not have yet). A
+        # user made through one node is found when another changes it.
+        c = self.make(3).start()
+        leader = c.find_leader()
+        followers = [x for x in c.nodes if x is not leader]
+        for i in range(20):
+            maker, changer = followers[i % 2], followers[(i + 1) % 2]
+            name = f"u{i}"
+            status, body = maker.request("POST", "/v1/users",
+                                         {"username": name, "password": "pw"})
+            self.assertEqual(status, 201, body)
+            for k, node in enumerate((changer, maker)):
+                grants = [{"action": "consume", "patterns": [f"t{i}-{k}"]}]
+                status, body = node.request("PUT", f"/v1/users/{name}/grants",
+                                            {"grants": grants})
+                self.assertEqual((status, body.get("grants")), (200, grants), (i, node.id))
+                status, body = node.request("GET", f"/v1/users/{name}")
+                self.assertEqual((status, body.get("grants")), (200, grants), (i, node.id))
+            status, body = changer.request("POST", "/v1/topics",
+                                           {"name": f"rb{i}", "partitions": 1})
+            self.assertEqual(status, 201, body)
+            self.assertIn(f"rb{i}", changer.topics())
+
     def test_fourth_node_joins(self):
         c = self.make(3).start()
         leader = c.find_leader()

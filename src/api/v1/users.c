@@ -425,8 +425,9 @@ struct uop_s {
     tn_meta_grant_t *grants; /* OP_CREATE, OP_GRANTS (owns_grants) */
     uint16_t ngrants;
     bool owns_grants;
-    int tries;   /* proposals refused because the record changed meanwhile */
-    uop_t *next; /* waiting to hash */
+    int tries;      /* proposals refused because the record changed meanwhile */
+    bool confirmed; /* this replica confirmed current before a 404 (on_confirmed) */
+    uop_t *next;    /* waiting to hash */
 };
 
 /* The hashing queue, one per tn_v1_t (in v->users). */
@@ -476,6 +477,14 @@ static void uop_end(uop_t *op, int status, const char *msg)
 
 static void propose(uop_t *op);
 
+/* This replica is now as current as the leader was when the confirmation
+ * was asked (or could not be made so): look for the user again. */
+static void on_confirmed(void *arg, int status)
+{
+    (void)status; /* not confirmed: the replica as it is decides */
+    propose(arg);
+}
+
 static void on_user_proposed(tn_meta_req_t *req, int status)
 {
     uop_t *op = req->data;
@@ -522,6 +531,14 @@ static void propose(uop_t *op)
         c.user.ngrants = op->ngrants;
         c.user.grants = op->grants; /* borrowed: encoding copies */
     } else if (cur == NULL) {
+        /* Made through another node a moment ago, maybe, and not applied
+         * here yet: this replica catches up with the leader before the
+         * user is said not to exist. */
+        if (!op->confirmed) {
+            op->confirmed = true;
+            if (tn_meta_confirm(v->meta, on_confirmed, op) == 0)
+                return;
+        }
         uop_end(op, 404, "user not found");
         return;
     } else if (op->check_hash[0] != '\0' && strcmp(cur->hash, op->check_hash) != 0) {
