@@ -418,6 +418,8 @@ static void topic_create_work(uv_work_t *w)
     if (j->stamp != 0 &&
         (j->rc = tn_store_topic_stamp_write(t->broker->store, t->name, j->stamp, true)) != 0)
         return;
+    if (local && !t->memory)
+        tn__place_test_delay(t);
     for (uint32_t i = 0; i < t->nparts; i++) {
         if (t->parts[i]->remote)
             continue; /* its log is on its owner */

@@ -103,6 +103,13 @@ void tn__channel_gate_passed(tn_channel_t *ch);
 /* Ask the placement about every partition of t (being created): marks the
  * remote ones, which the creation does not open. */
 void tn__topic_place_new(tn_topic_t *t, uint32_t from);
+#ifdef TN_TEST
+/* TERN_TEST_PLACE_DELAY_MS (topic.c): a worker about to open partitions
+ * of t here waits first. */
+void tn__place_test_delay(const tn_topic_t *t);
+#else
+#define tn__place_test_delay(t) ((void)(t))
+#endif
 /* A creation, growth or channel creation of t ended: run a placement
  * follow that waited for it. */
 void tn__topic_place_resume(tn_topic_t *t);

@@ -1183,9 +1183,13 @@ typedef struct {
 
 #ifdef TN_TEST
 /* TERN_TEST_PLACE_DELAY_MS=n (ternd-test): every placement's work waits n
- * ms first, so that a test can reach a topic while its partitions are
- * being opened here (its state is CREATING until place_done). */
-static void place_test_delay(const tn_topic_t *t)
+ * ms first, and so does a creation's job that opens partitions here
+ * (broker.c topic_create_work: a replicated partition handed over before
+ * the engine had its topic opens with the topic), so that a test can
+ * reach a topic while its partitions are being opened here, whichever
+ * job opens them (its state is CREATING until place_done or
+ * topic_create_done). */
+void tn__place_test_delay(const tn_topic_t *t)
 {
     const char *v = getenv("TERN_TEST_PLACE_DELAY_MS");
     if (v == NULL || atoi(v) <= 0)
@@ -1194,15 +1198,13 @@ static void place_test_delay(const tn_topic_t *t)
            atoi(v));
     uv_sleep((unsigned int)atoi(v));
 }
-#else
-#define place_test_delay(t) ((void)(t))
 #endif
 
 static void place_work(uv_work_t *w)
 {
     place_t *o = TN_CONTAINER_OF(w, place_t, work);
     tn_topic_t *t = o->t;
-    place_test_delay(t);
+    tn__place_test_delay(t);
     if (o->stamp != 0 && o->n > 0)
         o->rc = tn_store_topic_stamp_write(t->broker->store, t->name, o->stamp, true);
     for (uint32_t k = 0; k < o->n && o->rc == 0; k++)
