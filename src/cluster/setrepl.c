@@ -1203,7 +1203,8 @@ static void flog_settle_waits(flog_t *fl)
  * it the rest of its round: no request waiting now may say its records
  * are on disk, and the leader's retry (from its last confirmed record)
  * writes them all again, none skipped (a record written twice changes
- * nothing: they set, never toggle, in stream order). */
+ * nothing: they set, never toggle, in stream order, and a REQ the log
+ * has counts once: tn_cursor_apply). */
 static void flog_space_failed(flog_t *fl, int status)
 {
     for (freq_t *w = fl->waiting; w != NULL; w = w->next)

@@ -2189,9 +2189,9 @@ int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel,
     if (!cp->part->remote)
         return UV_EBUSY;
     /* A record the log refuses changes nothing here: the leader sends it
-     * again (setrepl.c engine_write), and a REQ applied to the cursor on
-     * each try would count requeue_count once per try. So does one while
-     * the log waits for space (log_full): the cursor is to be taken back. */
+     * again (setrepl.c engine_write), and the cursor stays the log's
+     * state. So does one while the log waits for space (log_full): the
+     * cursor is to be taken back. */
     if (cp->full != 0)
         return cp->full;
     int rc = tn_chanlog_refuses(cp->cl, rec);

@@ -161,6 +161,11 @@ static int req(tn_cursor_t *c, uint64_t offset, int64_t due_ms, uint32_t attempt
         return 0;
     uint32_t i = requeued_lower(c, offset);
     if (i < c->nrequeued && c->requeued[i].offset == offset) {
+        /* The same record again, not another requeue (each delivery
+         * raises attempts): a follower's channel log that the leader's
+         * retry writes again (cluster/setrepl.c), a snapshot's state. */
+        if (c->requeued[i].due_ms == due_ms && c->requeued[i].attempts == attempts)
+            return 0;
         c->requeued[i].due_ms = due_ms;
         c->requeued[i].attempts = attempts;
         c->requeue_count++;

@@ -80,8 +80,13 @@ void tn_cursor_fini(tn_cursor_t *c);
 /* Deep copy into dst (initialised by this call). 0 or UV_ENOMEM. */
 int tn_cursor_copy(tn_cursor_t *dst, const tn_cursor_t *src);
 
-/* Apply one record. FIN is idempotent; REQ of a settled offset is ignored.
- * Returns 0, UV_ENOMEM, or UV_EINVAL for an unknown op. */
+/* Apply one record. FIN is idempotent; REQ of a settled offset is ignored,
+ * and so is one equal to the requeued entry of its offset (due_ms and
+ * attempts the same: the same record written again, which requeue_count
+ * counts once; a later requeue of the message comes from a later
+ * delivery, with more attempts, but one at the cap, 65535, with the same
+ * due time would count once too). Returns 0, UV_ENOMEM, or UV_EINVAL for
+ * an unknown op. */
 int tn_cursor_apply(tn_cursor_t *c, const tn_walrec_t *r);
 
 bool tn_cursor_is_settled(const tn_cursor_t *c, uint64_t offset);

@@ -624,7 +624,10 @@ static const tn_walrec_t full_disk_recs[4] = {
     {.op = TN_WAL_FIN, .offset = 3},
 };
 
-/* cur holds every one of full_disk_recs. */
+/* cur holds every one of full_disk_recs, its REQ counted once: the
+ * leader's retry writes again the records of the failed call that a
+ * round after the failed one wrote (tn_cursor_apply takes a REQ the
+ * cursor has, the same, as written once). */
 static void assert_full_disk_recs(const tn_cursor_t *cur)
 {
     assert_int_equal(cur->frontier, 2);
@@ -632,6 +635,8 @@ static void assert_full_disk_recs(const tn_cursor_t *cur)
     const tn_requeue_t *rq = tn_cursor_requeued(cur, 2);
     assert_non_null(rq);
     assert_int_equal(rq->attempts, 2);
+    printf("requeue_count %" PRIu64 "\n", cur->requeue_count);
+    assert_int_equal(cur->requeue_count, 1);
 }
 
 /* A follower's channel log that finds the disk full fails those records
@@ -1953,9 +1958,9 @@ static void test_follower_engine_full_disk(void **state)
     tn_chpart_t *cp = ch->parts[1];
     assert_full_disk_recs(&cp->cur);
     /* The engine's cursor is its log's state: what the failed write
-     * applied was taken back (the REQ counted once per time the log has
-     * it: twice when the committer wrote it in a round after the failed
-     * one, which the retry writes again, as in a log of its own). */
+     * applied was taken back (the REQ counted once, also when the
+     * committer wrote it in a round after the failed one, which the
+     * retry writes again, as in a log of its own). */
     tn_chanlog_state_t req;
     int got = 0;
     req.data = &got;

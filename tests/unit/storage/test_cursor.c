@@ -49,6 +49,11 @@ static void test_apply(void **state)
     assert_int_equal(tn_cursor_apply(&c, &r), 0);
     assert_int_equal(c.nrequeued, 2);
     assert_int_equal(c.requeue_count, 3);
+    /* The same record again (a follower's log written again by the
+     * leader's retry): counted once. */
+    r = req(20, 7000, 3);
+    assert_int_equal(tn_cursor_apply(&c, &r), 0);
+    assert_int_equal(c.requeue_count, 3);
     const tn_requeue_t *q = tn_cursor_requeued(&c, 20);
     assert_non_null(q);
     assert_int_equal(q->due_ms, 7000);
