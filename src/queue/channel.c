@@ -148,12 +148,25 @@ static void dlq_done(tn_chpart_t *cp, tn_dlq_done_cb cb, void *arg, int status)
         cb(arg, status);
 }
 
+/* A dead-letter move of offset put its copy in the dead-letter topic, and
+ * its source FIN was refused or failed: the next move settles the source
+ * only (dead_letter). Out of memory: that move copies it again, as after
+ * a restart. */
+static void dlq_copied(tn_chpart_t *cp, uint64_t offset)
+{
+    (void)tn_u64map_put(&cp->dlq_copied, offset, cp);
+}
+
 static void on_walop(tn_walop_t *op, int status)
 {
     walop_t *w = TN_CONTAINER_OF(op, walop_t, op);
     tn_chpart_t *cp = w->cp;
     tn_channel_t *ch = cp->ch;
     tn_broker_t *b = ch->topic->broker;
+    if (status == 0 && w->op.rec.op == TN_WAL_FIN && tn_u64map_size(&cp->dlq_copied) > 0)
+        tn_u64map_del(&cp->dlq_copied, w->op.rec.offset);
+    else if (status != 0 && w->dlq)
+        dlq_copied(cp, w->op.rec.offset);
     if (w->dlq)
         dlq_done(cp, w->dlq_cb, w->dlq_arg, status);
     if (status == 0) {
@@ -279,6 +292,8 @@ static void record_dlq_fin(tn_chpart_t *cp, uint64_t offset, tn_dlq_done_cb cb, 
     walop_t *w = NULL;
     int rc = record_ex(cp, &r, &w);
     if (rc != 0 || w == NULL) {
+        if (rc != 0)
+            dlq_copied(cp, offset);
         dlq_done(cp, cb, arg, rc); /* refused, or a channel in memory: done */
         return;
     }
@@ -390,6 +405,7 @@ int tn__chpart_init(tn_chpart_t *cp, tn_channel_t *ch, tn_part_t *part, tn_chanl
     tn_heap_init(&cp->pending);
     tn_heap_init(&cp->ready);
     tn_u64map_init(&cp->pend_map);
+    tn_u64map_init(&cp->dlq_copied);
     tn_heap_node_init(&cp->wake);
     cp->scan = cp->cur.frontier;
     cp->synced_frontier = cp->cur.frontier;
@@ -467,6 +483,7 @@ static void chpart_fini(tn_chpart_t *cp)
     while (tn_u64map_next(&cp->pend_map, &pos, &key, &val))
         tn_free(val);
     tn_u64map_fini(&cp->pend_map);
+    tn_u64map_fini(&cp->dlq_copied);
     tn_cursor_fini(&cp->cur);
 }
 
@@ -1479,12 +1496,22 @@ static void on_dlq_published(tn_pub_t *p, int status)
  * times; again is the attempts it goes back with when the move cannot
  * start). The message stays leased to no one meanwhile, so nothing
  * redelivers it; a crash in between delivers it again (and may copy it
- * twice), never loses it. */
+ * twice), never loses it. A move whose copy is durable but whose source
+ * FIN was refused (a full disk) leaves offset in cp->dlq_copied: the
+ * message comes back with the log's state, and its next move (at its
+ * next delivery, before any consumer gets it: hand_over) writes the FIN
+ * alone, so the dead-letter topic holds one copy. */
 static void dead_letter(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, uint32_t again,
                         const tn_msg_t *body, const tn_msg_t *key, tn_dlq_done_cb cb, void *arg)
 {
     tn_channel_t *ch = cp->ch;
     tn_broker_t *b = ch->topic->broker;
+    if (tn_u64map_get(&cp->dlq_copied, offset) != NULL) {
+        /* An earlier move's copy is durable there, its FIN refused: the
+         * source's FIN alone, which a second copy would not make surer. */
+        record_dlq_fin(cp, offset, cb, arg);
+        return;
+    }
     char name[300];
     tn_channel_dlq_name(ch, name, sizeof(name));
     char why[1024];
@@ -1549,8 +1576,12 @@ static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
         return;
     }
     uint32_t max_attempts = t->own_settings ? t->own_max_attempts : b->opts.max_attempts;
-    if (max_attempts > 0 && attempts > max_attempts && t->ttl_ms == 0 && !t->is_dlq &&
-        !cp->ch->memory) {
+    /* A message whose move's copy is there already (its FIN refused)
+     * goes on moving, not to a consumer. */
+    bool copied =
+        tn_u64map_size(&cp->dlq_copied) > 0 && tn_u64map_get(&cp->dlq_copied, k->offset) != NULL;
+    if (copied || (max_attempts > 0 && attempts > max_attempts && t->ttl_ms == 0 && !t->is_dlq &&
+                   !cp->ch->memory)) {
         /* The key stays behind, as nsqd's messages have none. */
         dead_letter(cp, k->offset, attempts, k->attempts, k->e->body, NULL, NULL, NULL);
         return;

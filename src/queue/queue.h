@@ -351,9 +351,17 @@ struct tn_chpart_s {
     tn_cursor_t cur;  /* live state: settles apply here first */
     tn_leases_t leases;
     uint64_t scan;
-    tn_heap_t pending;        /* tn__pend_t due later, by due time (monotonic ms) */
-    tn_heap_t ready;          /* tn__pend_t due now, lowest offset first */
-    tn_u64map_t pend_map;     /* offset -> tn__pend_t, in either heap */
+    tn_heap_t pending;    /* tn__pend_t due later, by due time (monotonic ms) */
+    tn_heap_t ready;      /* tn__pend_t due now, lowest offset first */
+    tn_u64map_t pend_map; /* offset -> tn__pend_t, in either heap */
+    /* Offsets whose dead-letter move put its copy in the dead-letter
+     * topic (durably) but whose source FIN was refused or failed (a full
+     * disk): the next move of the message settles the source only, so the
+     * dead-letter topic holds one copy (channel.c, dead_letter). Values
+     * are cp itself (a set); an entry goes when a FIN of its offset is
+     * durable. Memory only: a restart (or another leader) moves such a
+     * message again, copy and all. */
+    tn_u64map_t dlq_copied;
     uint64_t synced_frontier; /* frontier the channel log has made durable */
     uint64_t timeouts_logged;
     uint64_t fins_unsynced;                /* FIN records queued, not yet durable */
