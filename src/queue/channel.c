@@ -2451,17 +2451,11 @@ static void pause_waits_run(tn_channel_t *ch, uint64_t covers, int status)
 /* A pause file write (of paused) failed: every ask it covers, and every
  * one since, is answered with the error (pause_waits_run), so the
  * channel is taken back to the pause the file held before, in memory and
- * in the logs held here, as a restart would load it. The failed write may
- * have left the file holding paused (its rename done, the directory's
- * sync failed): one more write of the pause taken back, which no answer
- * waits for. */
+ * in the logs held here (tn__pause_take_back; a write asked is written
+ * next, chpause_done, no answer waiting for it). */
 static void pause_take_back(tn_channel_t *ch, bool paused)
 {
-    bool was = ch->paused;
-    ch->paused = ch->paused_kept;
-    if (paused != ch->paused_kept)
-        ch->pause_asked++; /* written next (chpause_done) */
-    if (was == ch->paused)
+    if (!tn__pause_take_back(&ch->paused, ch->paused_kept, paused, &ch->pause_asked))
         return;
     TN_LOG(TN_LOG_WARN, "channel %s of %s: %s again, as its pause file says", ch->name,
            ch->topic->name, ch->paused ? "paused" : "unpaused");

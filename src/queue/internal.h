@@ -61,6 +61,20 @@ void tn__topic_pause_dir_made(tn_topic_t *t);
  * or on the worker making the topic); _take sets the pause in memory
  * (loop thread, or before it runs). */
 void tn__topic_pause_clamp(tn_topic_t *t, int rc, uint64_t *holds, uint32_t n);
+/* A pause file write (of wrote) failed, answered with the error: the
+ * pause (*paused, a channel's or a topic's) goes back to kept, what the
+ * file held before, as a restart would load it, and one more write is
+ * asked (*asked) when the failed one may have left the file holding
+ * wrote (its rename done, the directory's sync failed). Whether *paused
+ * changed. */
+static inline bool tn__pause_take_back(bool *paused, bool kept, bool wrote, uint64_t *asked)
+{
+    bool was = *paused;
+    *paused = kept;
+    if (wrote != kept)
+        (*asked)++;
+    return was != kept;
+}
 void tn__topic_pause_take(tn_topic_t *t, int rc, const uint64_t *holds, uint32_t n);
 /* Partition p of t had its log cut at cut (storage/store.h,
  * tn_store_set_cut_watch): while t is paused, p's hold points come down

@@ -274,6 +274,11 @@ struct tn_topic_s {
      * until one is made here, then written. Ephemeral topics write
      * nothing. Loop thread. */
     bool paused;
+    /* The pause the pause file holds, as far as this node knows (loaded,
+     * or the last write that succeeded; unpaused for a topic made here):
+     * a write that fails takes t->paused back to it, as its answer (an
+     * error) says and a restart loads (tpause_take_back). */
+    bool paused_kept;
     bool pause_writing;
     bool pause_dirless;
     uint64_t pause_asked, pause_done;
@@ -1020,8 +1025,10 @@ int tn_channel_empty(tn_channel_t *ch);
  * directory here keeps it in memory until its first partition here is
  * made, then writes it). cb(arg, status) runs exactly once on the loop
  * thread, possibly before this returns, once the file holds this pause
- * (0; nothing to write counts) or with the write's error (the pause then
- * holds in memory, and the next ask writes it again); cb may be NULL.
+ * (0; nothing to write counts) or with the write's error (the topic then
+ * goes back to the pause the file held, as a restart loads it, and so
+ * does every ask that write covered or that came since, each answered
+ * the error: tpause_take_back); cb may be NULL.
  * 0, or UV_ENOMEM (nothing changed, cb does not run). Loop thread. */
 typedef void (*tn_topic_pause_cb)(void *arg, int status);
 int tn_topic_pause(tn_topic_t *t, bool paused, tn_topic_pause_cb cb, void *arg);

@@ -157,7 +157,7 @@ void tn__topic_pause_take(tn_topic_t *t, int rc, const uint64_t *holds, uint32_t
                "topic %s: its pause file (%s) cannot be read (%s): paused, holding what arrives "
                "from now on; /topic/unpause resumes it and writes the file anew",
                t->name, TN_STORE_TOPIC_PAUSE_FILE, tn_strerror(rc));
-    t->paused = true;
+    t->paused = t->paused_kept = true;
     for (uint32_t i = 0; i < t->nparts; i++) {
         tn_part_t *p = t->parts[i];
         uint64_t end = part_end(p);
@@ -1552,6 +1552,25 @@ static void tpause_waits_run(tn_topic_t *t, uint64_t covers, int status)
 
 static void tpause_write_start(tn_topic_t *t);
 
+/* A pause file write (of paused) failed: every ask it covers, and every
+ * one since, is answered with the error (tpause_waits_run), so the topic
+ * is taken back to the pause the file held before, as the channel's
+ * pause is (tn__pause_take_back; a write asked is written next,
+ * tpause_done, no answer waiting for it). Its hold points are those of
+ * the pause the file holds (an unpause leaves them as they were; a pause
+ * that set them anew is taken back by going unpaused), and that write
+ * carries them. What an unpause handed to the channels before its write
+ * failed stays theirs. */
+static void tpause_take_back(tn_topic_t *t, bool paused)
+{
+    if (!tn__pause_take_back(&t->paused, t->paused_kept, paused, &t->pause_asked))
+        return;
+    TN_LOG(TN_LOG_WARN, "topic %s: %s again, as its pause file says", t->name,
+           t->paused ? "paused" : "unpaused");
+    if (!t->paused)
+        tn__topic_pump_all(t);
+}
+
 static void tpause_done(uv_work_t *w, int status)
 {
     tpause_job_t *j = TN_CONTAINER_OF(w, tpause_job_t, work);
@@ -1565,9 +1584,12 @@ static void tpause_done(uv_work_t *w, int status)
             tn_topic_stamped(t, j->stamp_ms);
         t->pause_done = covers;
         t->pause_dirless = !j->written;
+        t->paused_kept = j->paused;
     } else {
         TN_LOG_RL(TN_LOG_ERROR, 60000, "topic %s: writing its pause file failed: %s", t->name,
                   tn_strerror(rc));
+        if (!t->deleted && t->state != TN_OBJ_DELETING)
+            tpause_take_back(t, j->paused);
     }
     tn_free(j);
     tpause_waits_run(t, covers, rc);

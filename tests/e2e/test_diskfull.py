@@ -147,10 +147,13 @@ class DiskFull(unittest.TestCase):
                     return float(line.split()[1])
         self.fail(f"/metrics has no {name}")
 
-    def paused(self, d, channel):
+    def paused(self, d, channel=None):
+        """Whether /stats says channel of topic t (None: t) is paused."""
         status, body = self.http(d, "/stats?format=json&topic=t")
         self.assertEqual(status, 200, body)
         for t in json.loads(body)["topics"]:
+            if channel is None:
+                return t["paused"]
             for c in t["channels"]:
                 if c["channel_name"] == channel:
                     return c["paused"]
@@ -459,6 +462,11 @@ class DiskFull(unittest.TestCase):
         # cannot go to the full log): the answer and the channel agree.
         status, body = self.http(d, "/channel/pause?topic=t&channel=k", b"")
         self.assertEqual((status, self.paused(d, "k")), (503, False), body)
+        # So is a topic pause, whose pause file cannot be written: taken
+        # back, as its answer says (was: (503, True), paused in memory
+        # until the next write, and not after a restart).
+        status, body = self.http(d, "/topic/pause?topic=t", b"")
+        self.assertEqual((status, self.paused(d)), (503, False), body)
         t0 = cpu_ticks(d.proc.pid)
         time.sleep(2)
         self.assertLess(cpu_ticks(d.proc.pid) - t0, 50, "ternd busy on a full disk")

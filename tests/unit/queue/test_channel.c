@@ -1653,6 +1653,67 @@ static void test_topic_pause_kept(void **state)
     qfx_free(q);
 }
 
+/* Pause (or unpause) t, waiting for its pause file's write: its status. */
+static int topic_pause_wait(qfx_t *q, tn_topic_t *t, bool paused)
+{
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_topic_pause(t, paused, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
+    return w.status;
+}
+
+/* A pause (or unpause) of t whose pause file's write finds the disk
+ * full: answered the error, t as it was, once the write of what it was
+ * (one more, as the failed one may have left the file changed) ended. */
+static void topic_pause_refused(qfx_t *q, tn_topic_t *t, bool paused)
+{
+    tn_io_fail_write_after(0, UV_ENOSPC); /* the pause file's write */
+    int rc = topic_pause_wait(q, t, paused);
+    tn_io_fail_write_after(-1, 0);
+    printf("topic %s whose file write failed: %s, paused %d\n", paused ? "pause" : "unpause",
+           tn_err_name(rc), t->paused);
+    assert_int_equal(rc, UV_ENOSPC);
+    assert_true(t->paused == !paused);
+    assert_true(qfx_run_until(q, topic_pause_idle, t));
+}
+
+/* A /topic/pause whose pause file cannot be written (the disk full) is
+ * taken back, as its answer (an error) says and a restart loads: the
+ * topic unpaused, what is published delivered; and so is an unpause of a
+ * paused topic (paused again, holding what it held). Before, the pause
+ * held in memory until the next write, and a restart lost it. */
+static void test_topic_pause_file_write_failed_taken_back(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    tn_topic_t *t = ch->topic;
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
+    topic_pause_refused(q, t, true);
+    publish(q, "t", "m1", 0);
+    qfx_expect_n(q, &s, 1); /* not held */
+    assert_int_equal(tn_topic_depth(t), 0);
+    /* The same for an unpause of a paused topic. */
+    assert_int_equal(topic_pause_wait(q, t, true), 0);
+    publish(q, "t", "h1", 0);
+    topic_pause_refused(q, t, false);
+    /* The unpause, applied at once, may have handed h1 over meanwhile;
+     * what comes now is held, and a restart finds the same. */
+    int n = s.n;
+    publish(q, "t", "h2", 0);
+    qfx_run_for(q, 30);
+    assert_int_equal(s.n, n);
+    uint64_t depth = tn_topic_depth(t);
+    assert_true(depth >= 1);
+    tn_consumer_detach(&s.c);
+    qfx_restart(q);
+    t = channel(q, "t", "c")->topic;
+    assert_true(t->paused);
+    assert_int_equal(tn_topic_depth(t), depth);
+    qfx_free(q);
+}
+
 /* /topic/empty of a paused topic settles the held messages in every
  * channel and moves the hold points to the tail: its cb runs once the
  * pause file holds them too, so a restart finds the topic paused holding
@@ -2642,6 +2703,7 @@ int main(void)
         cmocka_unit_test(test_lost_tail),
         cmocka_unit_test(test_channel_stamp_kept),
         cmocka_unit_test(test_topic_pause_kept),
+        cmocka_unit_test(test_topic_pause_file_write_failed_taken_back),
         cmocka_unit_test(test_topic_empty_paused_kept),
         cmocka_unit_test(test_topic_empty_paused_channel_failed),
         cmocka_unit_test(test_topic_empty_paused_then_deleted),
