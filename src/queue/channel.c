@@ -2231,6 +2231,13 @@ int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel,
     walop_t *w = walop_get();
     if (w == NULL)
         return UV_ENOMEM;
+    /* Another leader's state: the offsets this node's own moves left
+     * (dlq_copied) may hold other messages by now (a log cut at a
+     * divergence), which a FIN alone would lose. */
+    if (tn_u64map_size(&cp->dlq_copied) > 0) {
+        tn_u64map_fini(&cp->dlq_copied);
+        tn_u64map_init(&cp->dlq_copied);
+    }
     rc = tn_cursor_apply(&cp->cur, rec);
     if (rc != 0) {
         walop_put(w);

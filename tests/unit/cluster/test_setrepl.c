@@ -1912,6 +1912,28 @@ static void test_follower_engine_refusal_retried(void **state)
     engine_follower_close(f, b);
 }
 
+/* The leader's records reach the channel partition the engine holds:
+ * what its own dead-letter moves left when it led (offsets whose copy is
+ * in the dead-letter topic, the FIN refused: dlq_copied) is forgotten,
+ * as those offsets may hold other messages by the time it leads again (a
+ * log cut at a divergence), which a FIN alone would drop uncopied. */
+static void test_follower_engine_forgets_dead_letter_copies(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    tn_broker_t *b = NULL;
+    tn_channel_t *ch = NULL;
+    tn_topic_t *t = engine_follower_open(f, &b, &ch);
+    engine_follower_set_aside(f, t);
+    tn_chpart_t *cp = ch->parts[1];
+    assert_int_equal(tn_u64map_put(&cp->dlq_copied, 1, cp), 0);
+    tu_rpc_raw_t r;
+    tn_walrec_t a[1] = {{.op = TN_WAL_FIN, .offset = 0}};
+    assert_int_equal(push(f, 3, 77, 1, a, 1, &r), 204);
+    assert_int_equal(tn_u64map_size(&cp->dlq_copied), 0);
+    engine_follower_close(f, b);
+}
+
 static void on_log_state(tn_chanlog_state_t *req, int status)
 {
     *(int *)req->data = status == 0 ? 1 : -1;
@@ -2006,6 +2028,7 @@ int main(void)
         cmocka_unit_test(test_lagging_follower_gets_no_gap),
         cmocka_unit_test(test_follower_engine_refusal_retried),
         cmocka_unit_test(test_follower_engine_full_disk),
+        cmocka_unit_test(test_follower_engine_forgets_dead_letter_copies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
