@@ -1882,6 +1882,13 @@ static void engine_follower_close(ffx_t *f, tn_broker_t *b)
     free(f);
 }
 
+/* engine_follower_open, then the log set aside: the engine holds the
+ * channel's log of a partition another node leads. */
+static void engine_follower_aside(ffx_t *f, tn_broker_t **bp, tn_channel_t **chp)
+{
+    engine_follower_set_aside(f, engine_follower_open(f, bp, chp));
+}
+
 /* A record the follower's engine refused (tn_broker_chan_apply: here the
  * partition was still served here, UV_EBUSY, as in a placement that lags
  * the metastore) is not taken as written: the request fails (500), and
@@ -1923,8 +1930,7 @@ static void test_follower_engine_forgets_dead_letter_copies(void **state)
     ffx_t *f = ffx_new();
     tn_broker_t *b = NULL;
     tn_channel_t *ch = NULL;
-    tn_topic_t *t = engine_follower_open(f, &b, &ch);
-    engine_follower_set_aside(f, t);
+    engine_follower_aside(f, &b, &ch);
     tn_chpart_t *cp = ch->parts[1];
     assert_int_equal(tn_u64map_put(&cp->dlq_copied, 1, cp), 0);
     tu_rpc_raw_t r;
@@ -1951,8 +1957,7 @@ static void test_follower_engine_full_disk(void **state)
     ffx_t *f = ffx_new();
     tn_broker_t *b = NULL;
     tn_channel_t *ch = NULL;
-    tn_topic_t *t = engine_follower_open(f, &b, &ch);
-    engine_follower_set_aside(f, t);
+    engine_follower_aside(f, &b, &ch);
     tu_rpc_raw_t r;
     const tn_walrec_t *a = full_disk_recs;
     assert_int_equal(push(f, 3, 77, 1, a, 1, &r), 204); /* zeros ahead of the WAL */
