@@ -844,6 +844,9 @@ static bool read_back(uint8_t type)
     }
 }
 
+static int confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int status),
+                         void *arg);
+
 static void on_applied_here(void *arg, int status)
 {
     applied_here_t *h = arg;
@@ -887,7 +890,11 @@ static void on_forwarded(void *arg, int status)
         if (h != NULL) {
             h->req = req;
             h->status = status;
-            rc = tn_meta_confirm(m, on_applied_here, h);
+            /* A change read back waits within the write's own budget (a
+             * write has PROPOSE_MS in all); a deletion's confirmation has
+             * its own bounds (docs/cluster.md "Deleting through a
+             * follower"). */
+            rc = confirm_until(m, removes_record(req->type) ? 0 : req->expires, on_applied_here, h);
             if (rc == 0)
                 return;
             tn_free(h);
@@ -1837,10 +1844,14 @@ static void run_confirms(tn_meta_t *m)
     }
 }
 
-int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
+/* tn_meta_confirm, bounded by until (loop ms; 0: by its own bounds
+ * alone): UV_ETIMEDOUT at once when that has passed. */
+static int confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int status), void *arg)
 {
     if (m->closing)
         return TN_ECLOSED;
+    if (until != 0 && uv_now(m->loop) >= until)
+        return UV_ETIMEDOUT;
     confirm_t *c = tn_calloc(1, sizeof(*c));
     if (c == NULL)
         return UV_ENOMEM;
@@ -1860,6 +1871,8 @@ int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
     cmd.member.id = m->id;
     cmd.nonce = c->nonce = m->confirm_seq++;
     c->deadline = uv_now(m->loop) + 2 * (uint64_t)NO_LEADER_MS;
+    if (until != 0)
+        c->deadline = TN_MIN(c->deadline, until);
     c->req.data = c;
     c->next = m->confirms;
     m->confirms = c;
@@ -1867,8 +1880,18 @@ int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
     if (rc != 0) {
         m->confirms = c->next;
         tn_free(c);
+    } else if (until != 0) {
+        /* Not answered inside tn_meta_propose: its no-op, waiting or
+         * forwarded, gives up at until too. */
+        c->req.expires = TN_MIN(c->req.expires, until);
+        c->req.deadline = TN_MIN(c->req.deadline, until);
     }
     return rc;
+}
+
+int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
+{
+    return confirm_until(m, 0, cb, arg);
 }
 
 /* --- replicated partitions ------------------------------------------------------ */

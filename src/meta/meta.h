@@ -33,7 +33,8 @@
  *      node (a topic, channel, user or remote put or deleted, a drain,
  *      move, forced leader, rebalance, factor or member removal: meta.c
  *      read_back) is answered once this replica has it too, the same
- *      way, but with the leader's answer even if that confirmation fails.
+ *      way, but with the leader's answer even if that confirmation fails
+ *      or is still under way when the proposal's PROPOSE_MS are up.
  *
  * A failover under a forwarded proposal: a proposal has PROPOSE_MS (10 s,
  * the forward call's own bound) from tn_meta_propose. While its forward is
