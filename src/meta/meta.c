@@ -883,8 +883,10 @@ static void on_forwarded(void *arg, int status)
         return;
     }
     raft_free(req->buf.base);
+    /* answer: a copy sent again that finds its change made succeeded too
+     * (the first copy's answer lost), and is read back the same way. */
     if (((status == 0 || status == TN_ENOTFOUND) && removes_record(req->type)) ||
-        (status == 0 && read_back(req->type))) {
+        (answer(req, status) == 0 && read_back(req->type))) {
         applied_here_t *h = tn_malloc(sizeof(*h));
         int rc = h != NULL ? 0 : UV_ENOMEM;
         if (h != NULL) {

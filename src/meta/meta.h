@@ -32,7 +32,8 @@
  *      follower"). A successful change a client may read back from this
  *      node (a topic, channel, user or remote put or deleted, a drain,
  *      move, forced leader, rebalance, factor or member removal: meta.c
- *      read_back) is answered once this replica has it too, the same
+ *      read_back; a copy sent again answered success by answer(), too)
+ *      is answered once this replica has it too, the same
  *      way, but with the leader's answer even if that confirmation fails
  *      or is still under way when the proposal's PROPOSE_MS are up.
  *
