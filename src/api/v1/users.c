@@ -425,9 +425,10 @@ struct uop_s {
     tn_meta_grant_t *grants; /* OP_CREATE, OP_GRANTS (owns_grants) */
     uint16_t ngrants;
     bool owns_grants;
-    int tries;      /* proposals refused because the record changed meanwhile */
-    bool confirmed; /* this replica confirmed current before a 404 (on_confirmed) */
-    uop_t *next;    /* waiting to hash */
+    int tries;       /* proposals refused because the record changed meanwhile */
+    bool confirmed;  /* this replica confirmed current before a 404 (on_confirmed) */
+    int unconfirmed; /* that confirmation's error (0: confirmed) */
+    uop_t *next;     /* waiting to hash */
 };
 
 /* The hashing queue, one per tn_v1_t (in v->users). */
@@ -478,11 +479,13 @@ static void uop_end(uop_t *op, int status, const char *msg)
 static void propose(uop_t *op);
 
 /* This replica is now as current as the leader was when the confirmation
- * was asked (or could not be made so): look for the user again. */
+ * was asked (or could not be made so: unconfirmed): look for the user
+ * again. */
 static void on_confirmed(void *arg, int status)
 {
-    (void)status; /* not confirmed: the replica as it is decides */
-    propose(arg);
+    uop_t *op = arg;
+    op->unconfirmed = status;
+    propose(op);
 }
 
 static void on_user_proposed(tn_meta_req_t *req, int status)
@@ -536,10 +539,16 @@ static void propose(uop_t *op)
          * user is said not to exist. */
         if (!op->confirmed) {
             op->confirmed = true;
-            if (tn_meta_confirm(v->meta, on_confirmed, op) == 0)
+            op->unconfirmed = tn_meta_confirm(v->meta, on_confirmed, op);
+            if (op->unconfirmed == 0)
                 return;
         }
-        uop_end(op, 404, "user not found");
+        /* Not confirmed (no leader, this node cut off): the user may
+         * exist, as for a topic's 404 (common.c tn__v1_path_topic). */
+        if (op->unconfirmed != 0)
+            uop_end(op, 503, "control plane not caught up");
+        else
+            uop_end(op, 404, "user not found");
         return;
     } else if (op->check_hash[0] != '\0' && strcmp(cur->hash, op->check_hash) != 0) {
         /* A self-service change checked the current password against a
@@ -729,34 +738,33 @@ static void on_user_create(tn_http_request_t *r, void *arg)
         hash_start(op);
 }
 
-/* The path's user for an admin changing another, non-root user: NULL
- * after answering 403 (not_root: the root user; not_self: the caller) or
- * 404. */
-static const tn_meta_user_t *other_user(tn_v1_t *v, tn_http_request_t *r,
-                                        char user[TN_USERNAME_MAX + 1], const char *not_root,
-                                        const char *not_self)
+/* Whether the path names a user an admin may change (another, non-root
+ * user, into user): false after answering 403 (not_root: the root user;
+ * not_self: the caller) or 404 (a name no user can have). A user this
+ * replica lacks passes: made through another node a moment ago, maybe,
+ * and the change confirms this replica before its 404 (propose). */
+static bool other_user(tn_v1_t *v, tn_http_request_t *r, char user[TN_USERNAME_MAX + 1],
+                       const char *not_root, const char *not_self)
 {
     if (!tn__v1_admin_only(v, r))
-        return NULL;
-    const tn_meta_user_t *u =
-        path_user(r, user) ? tn_meta_user_find(tn_meta_state(v->meta), user) : NULL;
-    if (u == NULL) {
+        return false;
+    if (!path_user(r, user)) {
         tn__v1_error(r, 404, "user not found", NULL);
-        return NULL;
+        return false;
     }
-    if (u->root || strcmp(user, r->principal) == 0) {
-        tn__v1_error(r, 403, u->root ? not_root : not_self, NULL);
-        return NULL;
+    const tn_meta_user_t *u = tn_meta_user_find(tn_meta_state(v->meta), user);
+    if ((u != NULL && u->root) || strcmp(user, r->principal) == 0) {
+        tn__v1_error(r, 403, u != NULL && u->root ? not_root : not_self, NULL);
+        return false;
     }
-    return u;
+    return true;
 }
 
 static void on_user_delete(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
     char user[TN_USERNAME_MAX + 1];
-    if (other_user(v, r, user, "the root user cannot be deleted", "you cannot delete yourself") ==
-        NULL)
+    if (!other_user(v, r, user, "the root user cannot be deleted", "you cannot delete yourself"))
         return;
     uop_t *op = uop_new(v, r, OP_DELETE, user);
     if (op != NULL)
@@ -767,8 +775,8 @@ static void on_user_grants(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
     char user[TN_USERNAME_MAX + 1];
-    if (!tn__v1_guard_write(r) || other_user(v, r, user, "the root user's grants cannot change",
-                                             "you cannot change your own grants") == NULL)
+    if (!tn__v1_guard_write(r) || !other_user(v, r, user, "the root user's grants cannot change",
+                                              "you cannot change your own grants"))
         return;
     tn__v1_user_body_t *x = tn_malloc(sizeof(*x));
     if (x == NULL) {
@@ -820,11 +828,13 @@ static void on_user_password(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 403, "admin rights required", NULL);
         return;
     }
-    if (u == NULL) {
+    /* An admin's change to a user this replica lacks goes on: made
+     * through another node a moment ago, maybe (other_user). */
+    if (u == NULL && (!admin || !path_user(r, user))) {
         tn__v1_error(r, 404, "user not found", NULL);
         return;
     }
-    if (u->root && !caller_is_root(v, r)) {
+    if (u != NULL && u->root && !caller_is_root(v, r)) {
         tn__v1_error(r, 403, "only the root user may change its password", NULL);
         return;
     }
