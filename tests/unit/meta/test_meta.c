@@ -1579,6 +1579,17 @@ static int forward_hook(void *arg, uint64_t leader, const char *api, const void 
     return 0;
 }
 
+/* Let the only held answer go, with status (its own: -1). */
+static void release_held(cluster_t *c, int status)
+{
+    assert_int_equal(c->nheld, 1);
+    hop_t *h = c->held[0];
+    c->held[0] = NULL;
+    c->nheld = 0;
+    h->done(h->done_arg, status == -1 ? h->status : status);
+    tn_free(h);
+}
+
 static void cluster_open(cluster_t *c, uint64_t id, bool join_only)
 {
     tn_meta_peer_t peers[3];
@@ -2055,11 +2066,7 @@ static void test_read_back_within_the_write_budget(void **state)
     assert_int_equal(cnt.done, 0);
     assert_int_equal(c.nheld, 1);
     c.hold_type = TN_MC_NOOP; /* the confirmation's no-op: never answered */
-    hop_t *h = c.held[0];
-    c.held[0] = NULL;
-    c.nheld = 0;
-    h->done(h->done_arg, h->status);
-    tn_free(h);
+    release_held(&c, -1);
     want_t w = {&cnt, 1};
     assert_true(run_until(&loop, has_done, &w));
     int64_t took = tn_now_mono_ms() - t0;
@@ -2068,11 +2075,7 @@ static void test_read_back_within_the_write_budget(void **state)
         fail_msg("answered after %lld ms: past the write's 10 s", (long long)took);
     /* The held no-op's late answer: dropped. */
     c.hold = false;
-    for (int i = 0; i < c.nheld; i++) {
-        c.held[i]->done(c.held[i]->done_arg, c.held[i]->status);
-        tn_free(c.held[i]);
-    }
-    c.nheld = 0;
+    release_held(&c, -1);
     assert_int_equal(cnt.done, 1);
 
     cluster_close_all(&c);
@@ -2128,12 +2131,8 @@ static void test_resent_read_back_confirms(void **state)
     user_wait_t gone = {c.m[leader], "bob", false};
     assert_true(run_until(&loop, user_is, &gone)); /* committed */
     assert_int_equal(c.nheld, 1);
-    c.hold_type = TN_MC_NOOP; /* the confirmation's no-op: held */
-    hop_t *h = c.held[0];
-    c.held[0] = NULL;
-    c.nheld = 0;
-    h->done(h->done_arg, UV_ECONNRESET); /* the leader's answer lost */
-    tn_free(h);
+    c.hold_type = TN_MC_NOOP;        /* the confirmation's no-op: held */
+    release_held(&c, UV_ECONNRESET); /* the leader's answer lost */
     w.n = 2;
     run_within(&loop, has_done, &w, 2000);
     if (cnt.done != 1)
@@ -2142,11 +2141,7 @@ static void test_resent_read_back_confirms(void **state)
                  cnt.last, c.nheld);
     assert_int_equal(c.nheld, 1);
     c.hold = false;
-    h = c.held[0];
-    c.held[0] = NULL;
-    c.nheld = 0;
-    h->done(h->done_arg, h->status);
-    tn_free(h);
+    release_held(&c, -1);
     assert_true(run_until(&loop, has_done, &w));
     assert_int_equal(cnt.last, 0);
     gone.m = c.m[follower];
