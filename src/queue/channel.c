@@ -284,9 +284,16 @@ static int record_fin(tn_chpart_t *cp, uint64_t offset)
     return record(cp, &r);
 }
 
-/* The FIN that ends a dead letter's move (its copy durable): dlq_done
- * runs once it is durable or refused. */
-static void record_dlq_fin(tn_chpart_t *cp, uint64_t offset, tn_dlq_done_cb cb, void *arg)
+static int pend_add(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, int64_t due_mono);
+
+/* The FIN that ends a dead letter's move (its copy durable; the message
+ * leased to no one): dlq_done runs once it is durable or refused. Out of
+ * memory (nothing recorded, and no full_resume to bring the message
+ * back), it goes back to the channel with again attempts, due a second
+ * later as a move that cannot start is (the scan finds it when that
+ * fails too); a full log's take-back brings it back itself. */
+static void record_dlq_fin(tn_chpart_t *cp, uint64_t offset, uint32_t again, tn_dlq_done_cb cb,
+                           void *arg)
 {
     tn_walrec_t r = {.op = TN_WAL_FIN, .offset = offset};
     walop_t *w = NULL;
@@ -294,6 +301,12 @@ static void record_dlq_fin(tn_chpart_t *cp, uint64_t offset, tn_dlq_done_cb cb, 
     if (rc != 0 || w == NULL) {
         if (rc != 0)
             dlq_copied(cp, offset);
+        if (rc == UV_ENOMEM) {
+            if (pend_add(cp, offset, again, tn_now_mono_ms() + 1000) != 0 && cp->scan > offset)
+                cp->scan = offset;
+            tn__broker_rewake(cp);
+            tn__broker_pump_later(cp->ch);
+        }
         dlq_done(cp, cb, arg, rc); /* refused, or a channel in memory: done */
         return;
     }
@@ -1471,7 +1484,7 @@ static void on_dlq_published(tn_pub_t *p, int status)
         if (status == 0) {
             /* The copy is durable: now settle the source; the move counts
              * once that is durable (a refused FIN brings it back). */
-            record_dlq_fin(cp, d->offset, d->cb, d->arg);
+            record_dlq_fin(cp, d->offset, attempts > 0 ? attempts - 1 : 0, d->cb, d->arg);
         } else {
             TN_LOG_RL(TN_LOG_ERROR, 10000,
                       "moving a message of %s/%s to its dead-letter topic failed: %s; retrying",
@@ -1509,7 +1522,7 @@ static void dead_letter(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, uin
     if (tn_u64map_get(&cp->dlq_copied, offset) != NULL) {
         /* An earlier move's copy is durable there, its FIN refused: the
          * source's FIN alone, which a second copy would not make surer. */
-        record_dlq_fin(cp, offset, cb, arg);
+        record_dlq_fin(cp, offset, again, cb, arg);
         return;
     }
     char name[300];

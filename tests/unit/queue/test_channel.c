@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/name.h"
 #include "core/time.h"
+#include "queue/internal.h"
 #include "queue/queue.h"
 #include "storage/chanlog.h"
 #include "storage/io.h"
@@ -878,6 +879,63 @@ static void test_dead_letter_fin_refused_moves_once(void **state)
     tn_channel_stats(ch, &st);
     assert_int_equal(st.depth, 0); /* message 0 settled, not delivered */
     tn_msg_unref(body);
+    tn_broker_set_publisher(q->b, NULL, NULL);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+/* The copy's end (on_dlq_published) run with every allocation failing,
+ * the spare channel-log requests gone, so that the source's FIN cannot
+ * be recorded (record_ex: UV_ENOMEM). */
+static tn_pub_cb oom_inner;
+
+static void oom_at_fin(tn_pub_t *p, int status)
+{
+    tn__channel_spares_free();
+    tn_alloc_fail_after(0);
+    oom_inner(p, status);
+    tn_alloc_fail_after(-1);
+}
+
+static bool delivered_twice(void *arg)
+{
+    return ((qfx_sink_t *)arg)->n >= 2;
+}
+
+/* A dead letter whose copy is durable but whose source FIN cannot be
+ * recorded for want of memory (its lease already gone) is not lost: it
+ * goes back to the channel and is delivered again. Before: neither
+ * leased nor pending, it was never delivered again until a restart. */
+static void test_dead_letter_fin_out_of_memory_delivered_again(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    qfx_sink_t s;
+    tn_channel_t *ch = sink_with(q, &s, 1);
+    tn_broker_set_publisher(q->b, hold_publisher, NULL);
+    tn_msg_t *body = tn_msg_new("poison", 6);
+    dlw_t w = {0, 0};
+    assert_int_equal(tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, NULL,
+                                             on_dl_done, &w),
+                     0);
+    tn_msg_unref(body);
+    oom_inner = held_cb;
+    held_cb = oom_at_fin;
+    held_end(q, 0);
+    assert_true(qfx_run_until(q, one_move_ended, &w));
+    assert_int_equal(w.status, UV_ENOMEM);
+    assert_int_equal(ch->dlq_count, 0);
+    bool again = qfx_run_until(q, delivered_twice, &s);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    printf("FIN out of memory: delivered again %d, depth %" PRIu64 ", in flight %" PRIu64 "\n",
+           again, st.depth, (uint64_t)tn_consumer_inflight(&s.c));
+    assert_true(again);
+    assert_int_equal(s.d[1].offset, 0);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[1].offset, s.d[1].nonce), 0);
+    sync_all_ok(q, ch);
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 0);
     tn_broker_set_publisher(q->b, NULL, NULL);
     tn_consumer_detach(&s.c);
     qfx_free(q);
@@ -2660,6 +2718,7 @@ int main(void)
         cmocka_unit_test(test_publish_deliver_fin),
         cmocka_unit_test(test_dead_letter_now),
         cmocka_unit_test(test_dead_letter_fin_refused_moves_once),
+        cmocka_unit_test(test_dead_letter_fin_out_of_memory_delivered_again),
         cmocka_unit_test(test_dead_letter_refused_counts_nothing),
         cmocka_unit_test(test_hold),
         cmocka_unit_test(test_fin_done_after_log_sync),
