@@ -1470,6 +1470,32 @@ void tn_channel_dlq_name(const tn_channel_t *ch, char *out, size_t len)
     snprintf(out, len, "%.*s.%08x.DLQ", TN_NAME_DLQ_PREFIX, ch->topic->name, h);
 }
 
+void tn__channel_dlq_gone(tn_broker_t *b, const char *dlq)
+{
+    for (size_t i = 0; i < b->nbuckets; i++) {
+        for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
+            for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+                if (ch->state != TN_OBJ_READY || ch->parts == NULL)
+                    continue;
+                bool any = false;
+                for (uint32_t k = 0; k < t->nparts && !any; k++)
+                    any = ch->parts[k] != NULL && tn_u64map_size(&ch->parts[k]->dlq_copied) > 0;
+                char name[300];
+                if (any)
+                    tn_channel_dlq_name(ch, name, sizeof(name));
+                if (!any || strcmp(name, dlq) != 0)
+                    continue;
+                for (uint32_t k = 0; k < t->nparts; k++) {
+                    if (ch->parts[k] == NULL)
+                        continue;
+                    tn_u64map_fini(&ch->parts[k]->dlq_copied);
+                    tn_u64map_init(&ch->parts[k]->dlq_copied);
+                }
+            }
+        }
+    }
+}
+
 static void on_dlq_published(tn_pub_t *p, int status)
 {
     dlq_move_t *d = p->data;

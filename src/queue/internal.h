@@ -155,6 +155,12 @@ int tn__chpart_init(tn_chpart_t *cp, tn_channel_t *ch, tn_part_t *part, tn_chanl
 uint32_t tn__channel_drop(tn_channel_t *ch, void (*done)(void *arg), void *arg);
 /* Free the pooled channel-log requests (at broker close). */
 void tn__channel_spares_free(void);
+/* Topic dlq is being deleted, or was: the copies its channels' dead-letter
+ * moves put there (tn_chpart_t.dlq_copied) go with it, so each such
+ * message moves again, copy and all (not its FIN alone, which would leave
+ * it in no topic). Called when the deletion starts and when it ends (a
+ * move's FIN refused meanwhile). Loop thread. */
+void tn__channel_dlq_gone(tn_broker_t *b, const char *dlq);
 void tn__channel_pump(tn_channel_t *ch);
 /* Expire leases and release pending entries that are due. */
 void tn__chpart_wake(tn_chpart_t *cp, int64_t now_ms);

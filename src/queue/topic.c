@@ -807,6 +807,7 @@ static void tdel_done(uv_work_t *w, int status)
     else
         TN_LOG(TN_LOG_INFO, "topic %s deleted", t->name);
     tn__topic_unlink(b, t);
+    tn__channel_dlq_gone(b, t->name);
     tn__broker_event(b, TN_EV_TOPIC_DOWN, t->name, NULL);
     if (d->cb != NULL)
         d->cb(d->arg, rc);
@@ -863,6 +864,7 @@ int tn_topic_delete(tn_topic_t *t, tn_delete_cb cb, void *arg)
     d->arg = arg;
     d->left = 1; /* held until everything is asked to close */
     t->state = TN_OBJ_DELETING;
+    tn__channel_dlq_gone(t->broker, t->name);
     t->busy++;
     /* A broker work from here to tdel_done, not only while the files are
      * removed: tn_broker_close must not free the topic while its logs are

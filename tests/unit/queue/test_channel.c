@@ -884,6 +884,63 @@ static void test_dead_letter_fin_refused_moves_once(void **state)
     qfx_free(q);
 }
 
+static bool offset0_again(void *arg)
+{
+    qfx_sink_t *s = arg;
+    for (int i = 0; i < s->n; i++)
+        if (s->d[i].offset == 0)
+            return true;
+    return false;
+}
+
+/* A dead letter whose copy is durable but whose FIN the full log refused,
+ * its dead-letter topic deleted meanwhile (its copy with it): the move
+ * starts afresh, as the copy is not there, and the message goes to a
+ * consumer again (max-attempts 0). Before: its FIN alone settled it, and
+ * it was in no topic. */
+static void test_dead_letter_copy_gone_with_its_topic(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    qfx_sink_t s;
+    tn_channel_t *ch = sink_with(q, &s, 3);
+    tn_broker_set_publisher(q->b, hold_publisher, NULL);
+    tn_msg_t *body = tn_msg_new("poison", 6);
+    dlw_t w = {0, 0};
+    assert_int_equal(tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, NULL,
+                                             on_dl_done, &w),
+                     0);
+    tn_msg_unref(body);
+    fill_log_at_ack(q, &s, ch, 1);
+    assert_true(qfx_run_until(q, one_log_full, q->b));
+    held_end(q, 0);
+    assert_true(qfx_run_until(q, one_move_ended, &w));
+    assert_int_equal(w.status, UV_ENOSPC);
+    tn_topic_t *dlq = tn_broker_topic_find(q->b, "t.c.DLQ");
+    assert_non_null(dlq);
+    assert_int_equal(tn_topic_depth(dlq), 1);
+    qfx_allw_t d = {0};
+    assert_int_equal(tn_broker_delete(q->b, "t.c.DLQ", NULL, qfx_on_sync_all, &d), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &d));
+    assert_int_equal(d.status, 0);
+    assert_null(tn_broker_topic_find(q->b, "t.c.DLQ"));
+    assert_true(qfx_run_until(q, no_log_full, q->b));
+    tn_consumer_detach(&s.c);
+    qfx_attach(&s, ch, 10, 60000);
+    bool again = qfx_run_until(q, offset0_again, &s);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    printf("its dead-letter topic deleted: delivered again %d, depth %" PRIu64
+           ", dlq_count %" PRIu64 "\n",
+           again, st.depth, ch->dlq_count);
+    assert_true(again);
+    assert_int_equal(ch->dlq_count, 0);
+    assert_null(held_pub);
+    tn_broker_set_publisher(q->b, NULL, NULL);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
 /* The copy's end (on_dlq_published) run with every allocation failing,
  * the spare channel-log requests gone, so that the source's FIN cannot
  * be recorded (record_ex: UV_ENOMEM). */
@@ -2719,6 +2776,7 @@ int main(void)
         cmocka_unit_test(test_dead_letter_now),
         cmocka_unit_test(test_dead_letter_fin_refused_moves_once),
         cmocka_unit_test(test_dead_letter_fin_out_of_memory_delivered_again),
+        cmocka_unit_test(test_dead_letter_copy_gone_with_its_topic),
         cmocka_unit_test(test_dead_letter_refused_counts_nothing),
         cmocka_unit_test(test_hold),
         cmocka_unit_test(test_fin_done_after_log_sync),
