@@ -364,9 +364,9 @@ struct tn_chpart_s {
      * disk): the next move of the message settles the source only, so the
      * dead-letter topic holds one copy (channel.c, dead_letter). Values
      * are cp itself (a set); an entry goes when a FIN of its offset is
-     * durable, and all of them when another leader's records come
-     * (tn_broker_chan_apply) or the dead-letter topic is deleted
-     * (tn__channel_dlq_gone). Memory only: a restart (or another leader)
+     * durable, or an EMPTY past it, and all of them when another
+     * leader's records come (tn_broker_chan_apply) or the dead-letter
+     * topic is deleted (tn__channel_dlq_gone). Memory only: a restart (or another leader)
      * moves such a message again, copy and all. */
     tn_u64map_t dlq_copied;
     uint64_t synced_frontier; /* frontier the channel log has made durable */

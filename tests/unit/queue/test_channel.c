@@ -941,6 +941,38 @@ static void test_dead_letter_copy_gone_with_its_topic(void **state)
     qfx_free(q);
 }
 
+/* A dead letter's remembered copy (dlq_copied) whose message is settled
+ * otherwise (the channel emptied before its next delivery, or the
+ * retention's EMPTY) is forgotten: nothing would remove it before the
+ * channel goes. Before: held for the channel's life (1 entry). */
+static void test_dead_letter_copy_forgotten_when_emptied(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    qfx_sink_t s;
+    tn_channel_t *ch = sink_with(q, &s, 3);
+    tn_broker_set_publisher(q->b, hold_publisher, NULL);
+    tn_msg_t *body = tn_msg_new("poison", 6);
+    dlw_t w = {0, 0};
+    assert_int_equal(tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, NULL,
+                                             on_dl_done, &w),
+                     0);
+    tn_msg_unref(body);
+    fill_log_at_ack(q, &s, ch, 1);
+    assert_true(qfx_run_until(q, one_log_full, q->b));
+    held_end(q, 0);
+    assert_true(qfx_run_until(q, one_move_ended, &w));
+    tn_consumer_detach(&s.c); /* nothing delivers message 0 meanwhile */
+    assert_true(qfx_run_until(q, no_log_full, q->b));
+    assert_int_equal(tn_u64map_size(&ch->parts[0]->dlq_copied), 1);
+    assert_int_equal(tn_channel_empty(ch), 0);
+    sync_all_ok(q, ch);
+    printf("emptied: dlq_copied %zu\n", tn_u64map_size(&ch->parts[0]->dlq_copied));
+    assert_int_equal(tn_u64map_size(&ch->parts[0]->dlq_copied), 0);
+    tn_broker_set_publisher(q->b, NULL, NULL);
+    qfx_free(q);
+}
+
 /* The copy's end (on_dlq_published) run with every allocation failing,
  * the spare channel-log requests gone, so that the source's FIN cannot
  * be recorded (record_ex: UV_ENOMEM). */
@@ -2777,6 +2809,7 @@ int main(void)
         cmocka_unit_test(test_dead_letter_fin_refused_moves_once),
         cmocka_unit_test(test_dead_letter_fin_out_of_memory_delivered_again),
         cmocka_unit_test(test_dead_letter_copy_gone_with_its_topic),
+        cmocka_unit_test(test_dead_letter_copy_forgotten_when_emptied),
         cmocka_unit_test(test_dead_letter_refused_counts_nothing),
         cmocka_unit_test(test_hold),
         cmocka_unit_test(test_fin_done_after_log_sync),
