@@ -893,6 +893,27 @@ static bool offset0_again(void *arg)
     return false;
 }
 
+/* Channel c of topic t on q with s attached, its message 0 moved to
+ * t.c.DLQ (the copy there, hold_publisher set) and that move's FIN refused
+ * by the full log (message 1's ack refused too). */
+static tn_channel_t *dead_letter_fin_refused(qfx_t *q, qfx_sink_t *s)
+{
+    tn_channel_t *ch = sink_with(q, s, 3);
+    tn_broker_set_publisher(q->b, hold_publisher, NULL);
+    tn_msg_t *body = tn_msg_new("poison", 6);
+    dlw_t w = {0, 0};
+    assert_int_equal(tn_consumer_dead_letter(&s->c, 0, s->d[0].offset, true, s->d[0].nonce, body,
+                                             NULL, on_dl_done, &w),
+                     0);
+    tn_msg_unref(body);
+    fill_log_at_ack(q, s, ch, 1);
+    assert_true(qfx_run_until(q, one_log_full, q->b));
+    held_end(q, 0);
+    assert_true(qfx_run_until(q, one_move_ended, &w));
+    assert_int_equal(w.status, UV_ENOSPC);
+    return ch;
+}
+
 /* A dead letter whose copy is durable but whose FIN the full log refused,
  * its dead-letter topic deleted meanwhile (its copy with it): the move
  * starts afresh, as the copy is not there, and the message goes to a
@@ -903,19 +924,7 @@ static void test_dead_letter_copy_gone_with_its_topic(void **state)
     (void)state;
     qfx_t *q = qfx_new(NULL, NULL);
     qfx_sink_t s;
-    tn_channel_t *ch = sink_with(q, &s, 3);
-    tn_broker_set_publisher(q->b, hold_publisher, NULL);
-    tn_msg_t *body = tn_msg_new("poison", 6);
-    dlw_t w = {0, 0};
-    assert_int_equal(tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, NULL,
-                                             on_dl_done, &w),
-                     0);
-    tn_msg_unref(body);
-    fill_log_at_ack(q, &s, ch, 1);
-    assert_true(qfx_run_until(q, one_log_full, q->b));
-    held_end(q, 0);
-    assert_true(qfx_run_until(q, one_move_ended, &w));
-    assert_int_equal(w.status, UV_ENOSPC);
+    tn_channel_t *ch = dead_letter_fin_refused(q, &s);
     tn_topic_t *dlq = tn_broker_topic_find(q->b, "t.c.DLQ");
     assert_non_null(dlq);
     assert_int_equal(tn_topic_depth(dlq), 1);
@@ -950,18 +959,7 @@ static void test_dead_letter_copy_forgotten_when_emptied(void **state)
     (void)state;
     qfx_t *q = qfx_new(NULL, NULL);
     qfx_sink_t s;
-    tn_channel_t *ch = sink_with(q, &s, 3);
-    tn_broker_set_publisher(q->b, hold_publisher, NULL);
-    tn_msg_t *body = tn_msg_new("poison", 6);
-    dlw_t w = {0, 0};
-    assert_int_equal(tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, NULL,
-                                             on_dl_done, &w),
-                     0);
-    tn_msg_unref(body);
-    fill_log_at_ack(q, &s, ch, 1);
-    assert_true(qfx_run_until(q, one_log_full, q->b));
-    held_end(q, 0);
-    assert_true(qfx_run_until(q, one_move_ended, &w));
+    tn_channel_t *ch = dead_letter_fin_refused(q, &s);
     tn_consumer_detach(&s.c); /* nothing delivers message 0 meanwhile */
     assert_true(qfx_run_until(q, no_log_full, q->b));
     assert_int_equal(tn_u64map_size(&ch->parts[0]->dlq_copied), 1);
