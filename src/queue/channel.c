@@ -1490,6 +1490,11 @@ void tn_channel_dlq_name(const tn_channel_t *ch, char *out, size_t len)
 
 void tn__channel_dlq_gone(tn_broker_t *b, const char *dlq)
 {
+    /* Every dead-letter topic's name ends so (tn_channel_dlq_name): no
+     * walk of every channel for the deletion of any other topic. */
+    size_t len = strlen(dlq);
+    if (len < 4 || strcmp(dlq + len - 4, ".DLQ") != 0)
+        return;
     for (size_t i = 0; i < b->nbuckets; i++) {
         for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
             for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
