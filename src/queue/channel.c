@@ -1503,10 +1503,11 @@ void tn__channel_dlq_gone(tn_broker_t *b, const char *dlq)
                 bool any = false;
                 for (uint32_t k = 0; k < t->nparts && !any; k++)
                     any = ch->parts[k] != NULL && tn_u64map_size(&ch->parts[k]->dlq_copied) > 0;
+                if (!any)
+                    continue;
                 char name[300];
-                if (any)
-                    tn_channel_dlq_name(ch, name, sizeof(name));
-                if (!any || strcmp(name, dlq) != 0)
+                tn_channel_dlq_name(ch, name, sizeof(name));
+                if (strcmp(name, dlq) != 0)
                     continue;
                 for (uint32_t k = 0; k < t->nparts; k++) {
                     if (ch->parts[k] == NULL)
