@@ -157,16 +157,17 @@ static void dlq_copied(tn_chpart_t *cp, uint64_t offset)
     (void)tn_u64map_put(&cp->dlq_copied, offset, cp);
 }
 
-/* An EMPTY is durable: the offsets of cp->dlq_copied it settled are not
- * delivered again, so not moved again either (each deletion changes the
- * map: its walk starts over; the set is a few offsets at most). */
-static void dlq_copied_emptied(tn_chpart_t *cp)
+/* An EMPTY of below is durable: the offsets of cp->dlq_copied it settled
+ * are not delivered again, so not moved again either (each deletion
+ * changes the map: its walk starts over; the set is a few offsets at
+ * most). */
+static void dlq_copied_emptied(tn_chpart_t *cp, uint64_t below)
 {
     size_t pos = 0;
     uint64_t offset;
     void *val;
     while (tn_u64map_next(&cp->dlq_copied, &pos, &offset, &val)) {
-        if (!tn_cursor_is_settled(&cp->cur, offset))
+        if (offset >= below)
             continue;
         tn_u64map_del(&cp->dlq_copied, offset);
         pos = 0;
@@ -182,7 +183,7 @@ static void on_walop(tn_walop_t *op, int status)
     if (status == 0 && w->op.rec.op == TN_WAL_FIN && tn_u64map_size(&cp->dlq_copied) > 0)
         tn_u64map_del(&cp->dlq_copied, w->op.rec.offset);
     else if (status == 0 && w->op.rec.op == TN_WAL_EMPTY && tn_u64map_size(&cp->dlq_copied) > 0)
-        dlq_copied_emptied(cp);
+        dlq_copied_emptied(cp, w->op.rec.offset);
     else if (status != 0 && w->dlq)
         dlq_copied(cp, w->op.rec.offset);
     if (w->dlq)

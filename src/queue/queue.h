@@ -366,8 +366,8 @@ struct tn_chpart_s {
      * are cp itself (a set); an entry goes when a FIN of its offset is
      * durable, or an EMPTY past it, and all of them when another
      * leader's records come (tn_broker_chan_apply) or the dead-letter
-     * topic is deleted (tn__channel_dlq_gone). Memory only: a restart (or another leader)
-     * moves such a message again, copy and all. */
+     * topic is deleted (tn__channel_dlq_gone). Memory only: a restart
+     * (or another leader) moves such a message again, copy and all. */
     tn_u64map_t dlq_copied;
     uint64_t synced_frontier; /* frontier the channel log has made durable */
     uint64_t timeouts_logged;
