@@ -146,10 +146,6 @@ static int parse_request_line(const char *line, size_t len, tn_http_req_t *req)
     while (i < len && line[i] != ' ') {
         if (!is_vchar((unsigned char)line[i]))
             return fail(req, 400, "invalid character in the request target");
-        /* RFC 9112 3.2: a client sends no fragment; one here would be read
-         * as part of the path or of the last query value. */
-        if (line[i] == '#')
-            return fail(req, 400, "a fragment (#) in the request target: it is never sent");
         i++;
     }
     if (i == t || i >= len)

@@ -126,16 +126,6 @@ static void test_strictness(void **state)
     expect_status("GET x:80 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
     expect_status("GET * HTTP/1.1\r\nHost: a\r\n\r\n", 400);
     expect_status("GET /a\x01 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
-    /* A fragment is never sent (RFC 9112 3.2), in no form of the target. */
-    expect_status("GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n", 400);
-    expect_status("GET /a?x=1# HTTP/1.1\r\nHost: a\r\n\r\n", 400);
-    expect_status("GET http://h/#x HTTP/1.1\r\nHost: a\r\n\r\n", 400);
-    {
-        tn_http_req_t req;
-        size_t used;
-        assert_int_equal(parse("GET /#x HTTP/1.1\r\nHost: a\r\n\r\n", &req, &used), TN_EPROTO);
-        assert_string_equal(req.errmsg, "a fragment (#) in the request target: it is never sent");
-    }
     expect_status("GET / HTTP/1.1\r\nHost : a\r\n\r\n", 400);
     expect_status("GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n", 400);
     expect_status("GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n", 400);
