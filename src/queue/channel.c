@@ -305,12 +305,22 @@ static int record_fin(tn_chpart_t *cp, uint64_t offset)
 
 static int pend_add(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, int64_t due_mono);
 
+/* A message leased to no one whose FIN could not be recorded for want of
+ * memory (nothing recorded, and no full_resume to bring it back) goes
+ * back to the channel with attempts, due a second later as a move that
+ * cannot start is (the scan finds it when that fails too). */
+static void fin_back_later(tn_chpart_t *cp, uint64_t offset, uint32_t attempts)
+{
+    if (pend_add(cp, offset, attempts, tn_now_mono_ms() + 1000) != 0 && cp->scan > offset)
+        cp->scan = offset;
+    tn__broker_rewake(cp);
+    tn__broker_pump_later(cp->ch);
+}
+
 /* The FIN that ends a dead letter's move (its copy durable; the message
  * leased to no one): dlq_done runs once it is durable or refused. Out of
- * memory (nothing recorded, and no full_resume to bring the message
- * back), it goes back to the channel with again attempts, due a second
- * later as a move that cannot start is (the scan finds it when that
- * fails too); a full log's take-back brings it back itself. */
+ * memory, it goes back to the channel with again attempts
+ * (fin_back_later); a full log's take-back brings it back itself. */
 static void record_dlq_fin(tn_chpart_t *cp, uint64_t offset, uint32_t again, tn_dlq_done_cb cb,
                            void *arg)
 {
@@ -320,12 +330,8 @@ static void record_dlq_fin(tn_chpart_t *cp, uint64_t offset, uint32_t again, tn_
     if (rc != 0 || w == NULL) {
         if (rc != 0)
             dlq_copied(cp, offset);
-        if (rc == UV_ENOMEM) {
-            if (pend_add(cp, offset, again, tn_now_mono_ms() + 1000) != 0 && cp->scan > offset)
-                cp->scan = offset;
-            tn__broker_rewake(cp);
-            tn__broker_pump_later(cp->ch);
-        }
+        if (rc == UV_ENOMEM)
+            fin_back_later(cp, offset, again);
         dlq_done(cp, cb, arg, rc); /* refused, or a channel in memory: done */
         return;
     }
@@ -1624,7 +1630,12 @@ static int64_t lease_deadline(int64_t now_ms, int64_t timeout_ms)
     return timeout_ms > INT64_MAX - now_ms ? INT64_MAX : now_ms + timeout_ms;
 }
 
-static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64_t now_wall)
+/* Give candidate k to c, or settle it without a delivery (expired,
+ * sampled out), or start its dead-letter move. Returns false when its FIN
+ * could not be recorded for want of memory: it comes back
+ * (fin_back_later), and the pump's pass ends there, since the scan may
+ * have been rewound to it and would find it again at once. */
+static bool hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64_t now_wall)
 {
     tn_chpart_t *cp = k->cp;
     tn_topic_t *t = cp->ch->topic;
@@ -1633,11 +1644,16 @@ static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
     /* Age against the TTL, not publish time plus TTL: the sum of a TTL
      * as long as int64 allows would overflow and discard at once. */
     if (t->ttl_ms > 0 && now_wall - k->e->publish_ns / 1000000 >= t->ttl_ms) {
-        /* Expired: it leaves the channel undelivered, with no dead letter. */
-        record_fin(cp, k->offset);
+        /* Expired: it leaves the channel undelivered, with no dead letter
+         * (once its FIN is recorded: out of memory, it comes back). */
+        int rc = record_fin(cp, k->offset);
+        if (rc == UV_ENOMEM) {
+            fin_back_later(cp, k->offset, k->attempts);
+            return false;
+        }
         t->ttl_discards++;
         b->ttl_discards++;
-        return;
+        return true;
     }
     uint32_t max_attempts = t->own_settings ? t->own_max_attempts : b->opts.max_attempts;
     /* A message whose move's copy is there already (its FIN refused)
@@ -1648,14 +1664,18 @@ static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
                    !cp->ch->memory)) {
         /* The key stays behind, as nsqd's messages have none. */
         dead_letter(cp, k->offset, attempts, k->attempts, k->e->body, NULL, NULL, NULL);
-        return;
+        return true;
     }
     if (c->sample_rate > 0) {
         uint32_t n = c->sample_n++ % 100;
         if (n >= c->sample_rate) {
-            /* Sampled out: consumed for this channel without being sent. */
-            record_fin(cp, k->offset);
-            return;
+            /* Sampled out: consumed for this channel without being sent
+             * (out of memory, its FIN unrecorded, it comes back). */
+            if (record_fin(cp, k->offset) == UV_ENOMEM) {
+                fin_back_later(cp, k->offset, k->attempts);
+                return false;
+            }
+            return true;
         }
     }
     tn_lease_t *l;
@@ -1666,7 +1686,7 @@ static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
         /* Out of memory: try again soon. */
         pend_add(cp, k->offset, k->attempts, now_mono + 100);
         tn__broker_rewake(cp);
-        return;
+        return true;
     }
     l->data = cp;
     l->leased_ms = now_mono;
@@ -1687,6 +1707,7 @@ static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
     if (c->pull)
         c->credit--;
     c->deliver(c, &d);
+    return true;
 }
 
 /* Candidates go to consumers in rotation. A pinned consumer takes only
@@ -1726,7 +1747,8 @@ void tn__channel_pump(tn_channel_t *ch)
         }
         /* Rotate: the next message goes to the next consumer. */
         ch->consumers = c->next;
-        hand_over(c, &k, now_mono, now_wall);
+        if (!hand_over(c, &k, now_mono, now_wall))
+            return; /* out of memory: fin_back_later pumps again later */
         c = ch->consumers;
         idle = 0;
     }
