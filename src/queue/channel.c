@@ -1470,7 +1470,8 @@ typedef struct {
     tn_pub_t pub;
     tn_chpart_t *cp;
     uint64_t offset;
-    tn_dlq_done_cb cb; /* may be NULL */
+    uint32_t left_count; /* its partition's when the move started */
+    tn_dlq_done_cb cb;   /* may be NULL */
     void *arg;
 } dlq_move_t;
 
@@ -1538,7 +1539,19 @@ static void on_dlq_published(tn_pub_t *p, int status)
         uint32_t attempts = l != NULL ? l->attempts : 0;
         if (l != NULL)
             tn_leases_remove(&cp->leases, l);
-        if (status == 0) {
+        if (cp->part->remote || cp->part->left_count != d->left_count) {
+            /* The partition went to another leader meanwhile: its log
+             * (set aside, or served again since) follows that leader's
+             * records, which hold no such FIN, so none is written; that
+             * leader's delivery decides (a second copy in the dead-letter
+             * topic, at worst). The message waits among the pending
+             * entries, as tn__chpart_left's leases do, should the
+             * partition be led here again (unless that log settled it). */
+            if (pend_add(cp, d->offset, attempts > 0 ? attempts - 1 : 0, tn_now_mono_ms()) != 0 &&
+                cp->scan > d->offset)
+                cp->scan = d->offset;
+            dlq_done(cp, d->cb, d->arg, TN_EREMOTE);
+        } else if (status == 0) {
             /* The copy is durable: now settle the source; the move counts
              * once that is durable (a refused FIN brings it back). */
             record_dlq_fin(cp, d->offset, attempts > 0 ? attempts - 1 : 0, d->cb, d->arg);
@@ -1611,6 +1624,7 @@ static void dead_letter(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, uin
     l->data = cp;
     d->cp = cp;
     d->offset = offset;
+    d->left_count = cp->part->left_count;
     d->cb = cb;
     d->arg = arg;
     d->pub.data = d;

@@ -171,7 +171,8 @@ void tn__channel_free(tn_channel_t *ch);
  * channel log follows the new leader from now on, which delivers them
  * again; a FIN, REQ or TOUCH sent here for them fails, and their
  * consumers' credit is free for the partitions still served here). A
- * dead-letter move's lease (no owner) finishes on its own. */
+ * dead-letter move's lease (no owner) finishes on its own, writing no
+ * FIN (TN_EREMOTE), the message pending here like the others. */
 void tn__chpart_left(tn_chpart_t *cp);
 /* A partition of t served here went to another node: the consumers of
  * its channels that have a moved callback are detached and told

@@ -237,6 +237,9 @@ struct tn_part_s {
      * for a partition found on disk here that the metastore gives to
      * another node: that log stays open, untouched, and unused. */
     bool remote;
+    /* How many times it stopped being served here (made remote): a
+     * dead-letter move that started before compares it at its end. */
+    uint32_t left_count;
     bool opening; /* tn_topic_follow_placement is opening it */
     /* Deliveries held: a replicated partition's leader about to hand over,
      * or one that took over while its old leader may still deliver
@@ -950,7 +953,9 @@ int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool 
  * tn_broker_t.dlq_moves); else why the message went back to its channel,
  * to be delivered and moved again later: UV_EPERM (refused by
  * tn_broker_t.dlq_refused), the copy's publish error, the FIN's (a full
- * disk, say), UV_ENOMEM, or TN_ECLOSED (the channel or the broker went). */
+ * disk, say), UV_ENOMEM, TN_ECLOSED (the channel or the broker went), or
+ * TN_EREMOTE (the partition went to another leader meanwhile: no FIN is
+ * written here, and that leader's delivery decides). */
 typedef void (*tn_dlq_done_cb)(void *arg, int status);
 /* Move a message this consumer holds to the channel's dead-letter topic
  * now, whatever the topic's max-attempts (a remote child's message its

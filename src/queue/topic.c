@@ -1969,6 +1969,7 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
             /* Unplaced keeps what is here; only another owner takes it. */
             if (!here && owner != 0) {
                 p->remote = true;
+                p->left_count++;
                 p->owner = owner;
                 left = true;
                 for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)

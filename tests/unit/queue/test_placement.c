@@ -1187,6 +1187,79 @@ static bool all_replicated(void *arg, const tn_topic_t *t, uint32_t p)
     return true;
 }
 
+/* A dead letter's copy, held until the test ends it (aside_held_cb). */
+static tn_pub_t *aside_held;
+static tn_pub_cb aside_held_cb;
+
+static int hold_copy(void *arg, const char *topic, size_t len, tn_pub_t *p, int64_t deliver_at_ms,
+                     tn_pub_cb cb)
+{
+    (void)arg;
+    (void)topic;
+    (void)len;
+    (void)deliver_at_ms;
+    aside_held = p;
+    aside_held_cb = cb;
+    return 0;
+}
+
+static void on_move_ended(void *arg, int status)
+{
+    *(int *)arg = status == 0 ? 1 : status;
+}
+
+static bool move_ended(void *arg)
+{
+    return *(int *)arg != 0;
+}
+
+/* A dead-letter move whose copy is durable only after this node handed
+ * the partition to another leader writes nothing into the log set aside
+ * (which follows that leader's records): the new leader's delivery
+ * decides, and the message, back among the pending entries here, is
+ * delivered again once the partition is led here again (unless that log
+ * settled it meanwhile). Before: its FIN went into the set-aside log, a
+ * settle the new leader never saw. */
+static void test_dead_letter_done_after_hand_over_writes_no_fin(void **state)
+{
+    (void)state;
+    tn_topic_t *t;
+    tn_channel_t *ch;
+    qfx_t *q = replicated_t("m", &t, &ch);
+    qfx_sink_t s;
+    attach(&s, ch, 10);
+    qfx_expect_n(q, &s, 3);
+    tn_broker_set_publisher(q->b, hold_copy, NULL);
+    tn_msg_t *body = tn_msg_new("poison", 6);
+    int ended = 0;
+    assert_int_equal(tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, NULL,
+                                             on_move_ended, &ended),
+                     0);
+    tn_msg_unref(body);
+    assert_non_null(aside_held);
+    owners[0] = 9;
+    follow(q, t);
+    assert_false(tn_topic_part_local(t, 0));
+    aside_held_cb(aside_held, 0); /* the copy is durable now */
+    assert_true(qfx_run_until(q, move_ended, &ended));
+    bool settled = tn_cursor_is_settled(&ch->parts[0]->cur, s.d[0].offset);
+    printf("move done after the hand-over: status %d (%s), settled in the set-aside log %d, "
+           "dlq_count %" PRIu64 "\n",
+           ended, ended == 1 ? "ok" : tn_err_name(ended), settled, ch->dlq_count);
+    assert_false(settled);
+    assert_int_equal(ended, TN_EREMOTE);
+    assert_int_equal(ch->dlq_count, 0);
+    tn_broker_set_publisher(q->b, NULL, NULL);
+    /* Led here again: message 0 is delivered again, not lost. */
+    owners[0] = SELF;
+    follow(q, t);
+    assert_true(tn_topic_part_local(t, 0));
+    qfx_expect_n(q, &s, 4);
+    assert_int_equal(s.d[3].offset, s.d[0].offset);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
 static void test_moved_consumers_dropped(void **state)
 {
     (void)state;
@@ -2547,6 +2620,7 @@ int main(void)
         cmocka_unit_test(test_topic_pause_dir_made_during_its_write),
         cmocka_unit_test(test_given_away_left_on_disk),
         cmocka_unit_test(test_moved_consumers_dropped),
+        cmocka_unit_test(test_dead_letter_done_after_hand_over_writes_no_fin),
         cmocka_unit_test(test_abandoned_log_reopened_from_files),
         cmocka_unit_test(test_released_partition_moved),
         cmocka_unit_test(test_requeue_leases),
