@@ -1646,9 +1646,9 @@ static int64_t lease_deadline(int64_t now_ms, int64_t timeout_ms)
 
 /* Give candidate k to c, or settle it without a delivery (expired,
  * sampled out), or start its dead-letter move. Returns false when its FIN
- * could not be recorded for want of memory: it comes back
- * (fin_back_later), and the pump's pass ends there, since the scan may
- * have been rewound to it and would find it again at once. */
+ * or lease could not be made for want of memory: it comes back
+ * (fin_back_later, or pending soon), and the pump's pass ends there, since
+ * the scan may have been rewound to it and would find it again at once. */
 static bool hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64_t now_wall)
 {
     tn_chpart_t *cp = k->cp;
@@ -1697,10 +1697,13 @@ static bool hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
     int rc = tn_leases_add(&cp->leases, k->offset, attempts, bytes, &c->owner,
                            lease_deadline(now_mono, c->timeout_ms), &l);
     if (rc != 0) {
-        /* Out of memory: try again soon. */
-        pend_add(cp, k->offset, k->attempts, now_mono + 100);
+        /* Out of memory: try again soon (the scan finds it when even its
+         * pending entry cannot be made); the pass ends here. */
+        if (pend_add(cp, k->offset, k->attempts, now_mono + 100) != 0 && cp->scan > k->offset)
+            cp->scan = k->offset;
         tn__broker_rewake(cp);
-        return true;
+        tn__broker_pump_later(cp->ch);
+        return false;
     }
     l->data = cp;
     l->leased_ms = now_mono;

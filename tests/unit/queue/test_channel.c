@@ -1035,6 +1035,16 @@ static bool depth_zero(void *arg)
     return st.depth == 0;
 }
 
+/* A pump of ch with every allocation failing and the spare channel-log
+ * requests gone. */
+static void pump_out_of_memory(tn_channel_t *ch)
+{
+    tn__channel_spares_free();
+    tn_alloc_fail_after(0);
+    tn_channel_pump_now(ch);
+    tn_alloc_fail_after(-1);
+}
+
 /* Channel c of topic t holding one message that its next hand-over
  * settles without a delivery (ttl: expired; else sampled out), that
  * hand-over run with every allocation failing and the spare channel-log
@@ -1057,10 +1067,7 @@ static bool hand_over_fin_out_of_memory(bool ttl)
         s.c.sample_n = 1; /* the next one is sampled out */
     }
     tn_consumer_credit(&s.c, 10); /* pumps later: the pump below first */
-    tn__channel_spares_free();
-    tn_alloc_fail_after(0);
-    tn_channel_pump_now(ch);
-    tn_alloc_fail_after(-1);
+    pump_out_of_memory(ch);
     bool settled = qfx_run(q, depth_zero, ch, tn_now_mono_ms() + 3000);
     tn_channel_stats_t st;
     tn_channel_stats(ch, &st);
@@ -1086,6 +1093,34 @@ static void test_hand_over_fin_out_of_memory_comes_back(void **state)
     (void)state;
     assert_true(hand_over_fin_out_of_memory(true));
     assert_true(hand_over_fin_out_of_memory(false));
+}
+
+static bool delivered_once(void *arg)
+{
+    return ((qfx_sink_t *)arg)->n >= 1;
+}
+
+/* A message whose lease cannot be made for want of memory, nor its
+ * pending entry, is found by the scan again and delivered later. Before:
+ * neither leased nor pending, it was not delivered until a restart. */
+static void test_hand_over_lease_out_of_memory_delivered_later(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    publish(q, "t", "m", 0);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000); /* pumps later: the pump below first */
+    pump_out_of_memory(ch);
+    bool delivered = qfx_run(q, delivered_once, &s, tn_now_mono_ms() + 3000);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    printf("lease out of memory: delivered %d, depth %" PRIu64 "\n", delivered, st.depth);
+    assert_true(delivered);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[0].offset, s.d[0].nonce), 0);
+    sync_all_ok(q, ch);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
 }
 
 static bool refuse_dlq(void *arg, const char *topic, const char *dlq, char *why, size_t len)
@@ -2867,6 +2902,7 @@ int main(void)
         cmocka_unit_test(test_dead_letter_fin_refused_moves_once),
         cmocka_unit_test(test_dead_letter_fin_out_of_memory_delivered_again),
         cmocka_unit_test(test_hand_over_fin_out_of_memory_comes_back),
+        cmocka_unit_test(test_hand_over_lease_out_of_memory_delivered_later),
         cmocka_unit_test(test_dead_letter_copy_gone_with_its_topic),
         cmocka_unit_test(test_dead_letter_copy_forgotten_when_emptied),
         cmocka_unit_test(test_dead_letter_refused_counts_nothing),
