@@ -157,6 +157,15 @@ static void dlq_copied(tn_chpart_t *cp, uint64_t offset)
     (void)tn_u64map_put(&cp->dlq_copied, offset, cp);
 }
 
+/* Every offset of cp->dlq_copied forgotten: their next moves copy again. */
+static void dlq_copied_clear(tn_chpart_t *cp)
+{
+    if (tn_u64map_size(&cp->dlq_copied) > 0) {
+        tn_u64map_fini(&cp->dlq_copied);
+        tn_u64map_init(&cp->dlq_copied);
+    }
+}
+
 /* An EMPTY of below is durable: the offsets of cp->dlq_copied it settled
  * are not delivered again, so not moved again either (each deletion
  * changes the map: its walk starts over; the set is a few offsets at
@@ -303,7 +312,7 @@ static int record_fin(tn_chpart_t *cp, uint64_t offset)
     return record(cp, &r);
 }
 
-static int pend_add(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, int64_t due_mono);
+static void pend_or_rescan(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, int64_t due_mono);
 
 /* A message leased to no one whose FIN could not be recorded for want of
  * memory (nothing recorded, and no full_resume to bring it back) goes
@@ -311,8 +320,7 @@ static int pend_add(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, int64_t
  * cannot start is (the scan finds it when that fails too). */
 static void fin_back_later(tn_chpart_t *cp, uint64_t offset, uint32_t attempts)
 {
-    if (pend_add(cp, offset, attempts, tn_now_mono_ms() + 1000) != 0 && cp->scan > offset)
-        cp->scan = offset;
+    pend_or_rescan(cp, offset, attempts, tn_now_mono_ms() + 1000);
     tn__broker_rewake(cp);
     tn__broker_pump_later(cp->ch);
 }
@@ -394,6 +402,14 @@ static int pend_add(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, int64_t
         return UV_ENOMEM;
     }
     return 0;
+}
+
+/* pend_add, or, out of memory, the scan rewound to offset: it finds the
+ * message again either way. */
+static void pend_or_rescan(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, int64_t due_mono)
+{
+    if (pend_add(cp, offset, attempts, due_mono) != 0 && cp->scan > offset)
+        cp->scan = offset;
 }
 
 static void pend_free(tn_chpart_t *cp, tn__pend_t *pe)
@@ -1520,8 +1536,7 @@ void tn__channel_dlq_gone(tn_broker_t *b, const char *dlq)
                 for (uint32_t k = 0; k < t->nparts; k++) {
                     if (ch->parts[k] == NULL)
                         continue;
-                    tn_u64map_fini(&ch->parts[k]->dlq_copied);
-                    tn_u64map_init(&ch->parts[k]->dlq_copied);
+                    dlq_copied_clear(ch->parts[k]);
                 }
             }
         }
@@ -1547,9 +1562,7 @@ static void on_dlq_published(tn_pub_t *p, int status)
              * topic, at worst). The message waits among the pending
              * entries, as tn__chpart_left's leases do, should the
              * partition be led here again (unless that log settled it). */
-            if (pend_add(cp, d->offset, attempts > 0 ? attempts - 1 : 0, tn_now_mono_ms()) != 0 &&
-                cp->scan > d->offset)
-                cp->scan = d->offset;
+            pend_or_rescan(cp, d->offset, attempts > 0 ? attempts - 1 : 0, tn_now_mono_ms());
             dlq_done(cp, d->cb, d->arg, TN_EREMOTE);
         } else if (status == 0) {
             /* The copy is durable: now settle the source; the move counts
@@ -1699,8 +1712,7 @@ static bool hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
     if (rc != 0) {
         /* Out of memory: try again soon (the scan finds it when even its
          * pending entry cannot be made); the pass ends here. */
-        if (pend_add(cp, k->offset, k->attempts, now_mono + 100) != 0 && cp->scan > k->offset)
-            cp->scan = k->offset;
+        pend_or_rescan(cp, k->offset, k->attempts, now_mono + 100);
         tn__broker_rewake(cp);
         tn__broker_pump_later(cp->ch);
         return false;
@@ -1982,8 +1994,7 @@ void tn__chpart_left(tn_chpart_t *cp)
                 uint32_t attempts = l->attempts;
                 lease_end(cp, l);
                 /* Out of memory: the offset is found by the scan instead. */
-                if (pend_add(cp, off, attempts, now) != 0 && cp->scan > off)
-                    cp->scan = off;
+                pend_or_rescan(cp, off, attempts, now);
                 any = true;
             }
             l = next;
@@ -2337,10 +2348,7 @@ int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel,
     /* Another leader's state: the offsets this node's own moves left
      * (dlq_copied) may hold other messages by now (a log cut at a
      * divergence), which a FIN alone would lose. */
-    if (tn_u64map_size(&cp->dlq_copied) > 0) {
-        tn_u64map_fini(&cp->dlq_copied);
-        tn_u64map_init(&cp->dlq_copied);
-    }
+    dlq_copied_clear(cp);
     rc = tn_cursor_apply(&cp->cur, rec);
     if (rc != 0) {
         walop_put(w);
@@ -2357,10 +2365,8 @@ int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel,
      * pending and leased at once). Out of memory: the scan finds it. */
     if (rec->op == TN_WAL_REQ && !tn_cursor_is_settled(&cp->cur, rec->offset) &&
         tn_leases_get(&cp->leases, rec->offset) == NULL) {
-        if (pend_add(cp, rec->offset, rec->attempts,
-                     wall_to_mono(rec->due_ms, tn_now_wall_ms(), tn_now_mono_ms())) != 0 &&
-            cp->scan > rec->offset)
-            cp->scan = rec->offset;
+        pend_or_rescan(cp, rec->offset, rec->attempts,
+                       wall_to_mono(rec->due_ms, tn_now_wall_ms(), tn_now_mono_ms()));
         tn__broker_rewake(cp);
     } else if (rec->op != TN_WAL_REQ) {
         pend_drop_settled(cp, rec);
