@@ -1572,7 +1572,9 @@ static void on_dlq_published(tn_pub_t *p, int status)
             TN_LOG_RL(TN_LOG_ERROR, 10000,
                       "moving a message of %s/%s to its dead-letter topic failed: %s; retrying",
                       ch->topic->name, ch->name, tn_strerror(status));
-            pend_add(cp, d->offset, attempts > 0 ? attempts - 1 : 0, tn_now_mono_ms() + 1000);
+            /* Back to the channel, due a second later (out of memory, the
+             * scan finds it at once). */
+            pend_or_rescan(cp, d->offset, attempts > 0 ? attempts - 1 : 0, tn_now_mono_ms() + 1000);
             dlq_done(cp, d->cb, d->arg, status);
         }
         tn__broker_rewake(cp);
@@ -1592,8 +1594,11 @@ static void on_dlq_published(tn_pub_t *p, int status)
  * times; again is the attempts it goes back with when the move cannot
  * start). The message stays leased to no one meanwhile, so nothing
  * redelivers it; a crash in between delivers it again (and may copy it
- * twice), never loses it. A move whose copy is durable but whose source
- * FIN was refused (a full disk) leaves offset in cp->dlq_copied: the
+ * twice), never loses it. A move that cannot start, or whose copy fails,
+ * puts the message back among the pending entries (out of memory, the
+ * scan rewound to it: pend_or_rescan). A move whose copy is durable but
+ * whose source FIN was refused (a full disk) leaves offset in
+ * cp->dlq_copied: the
  * message comes back with the log's state, and its next move (at its
  * next delivery, before any consumer gets it: hand_over) writes the FIN
  * alone, so the dead-letter topic holds one copy. */
@@ -1615,7 +1620,7 @@ static void dead_letter(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, uin
         b->dlq_refused(b->dlq_refused_arg, ch->topic->name, name, why, sizeof(why))) {
         TN_LOG_RL(TN_LOG_ERROR, 10000, "dead letters of %s/%s stay on their channel: %s",
                   ch->topic->name, ch->name, why);
-        pend_add(cp, offset, again, tn_now_mono_ms() + DLQ_REFUSED_RETRY_MS);
+        pend_or_rescan(cp, offset, again, tn_now_mono_ms() + DLQ_REFUSED_RETRY_MS);
         tn__broker_rewake(cp);
         dlq_done(cp, cb, arg, UV_EPERM);
         return;
@@ -1629,7 +1634,7 @@ static void dead_letter(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, uin
         if (d != NULL)
             tn_pub_fini(&d->pub);
         tn_free(d);
-        pend_add(cp, offset, again, tn_now_mono_ms() + 1000);
+        pend_or_rescan(cp, offset, again, tn_now_mono_ms() + 1000);
         tn__broker_rewake(cp);
         dlq_done(cp, cb, arg, UV_ENOMEM);
         return;

@@ -1028,6 +1028,77 @@ static void test_dead_letter_fin_out_of_memory_delivered_again(void **state)
     qfx_free(q);
 }
 
+/* A dead letter whose copy fails to publish, the copy's end run with
+ * every allocation failing so that the message's pending entry cannot be
+ * made either, is not lost: it goes back to the channel (the scan finds
+ * it) and is delivered again. Before: neither leased nor pending, it was
+ * never delivered again until a restart. */
+static void test_dead_letter_copy_failed_out_of_memory_delivered_again(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    qfx_sink_t s;
+    tn_channel_t *ch = sink_with(q, &s, 1);
+    tn_broker_set_publisher(q->b, hold_publisher, NULL);
+    tn_msg_t *body = tn_msg_new("poison", 6);
+    dlw_t w = {0, 0};
+    assert_int_equal(tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, NULL,
+                                             on_dl_done, &w),
+                     0);
+    tn_msg_unref(body);
+    oom_inner = held_cb;
+    held_cb = oom_at_fin;
+    held_end(q, UV_EIO);
+    assert_true(qfx_run_until(q, one_move_ended, &w));
+    assert_int_equal(w.status, UV_EIO);
+    bool again = qfx_run_until(q, delivered_twice, &s);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    printf("copy failed, out of memory: delivered again %d, depth %" PRIu64 ", pending %zu\n",
+           again, st.depth, tn_u64map_size(&ch->parts[0]->pend_map));
+    assert_true(again);
+    assert_int_equal(s.d[1].offset, 0);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[1].offset, s.d[1].nonce), 0);
+    sync_all_ok(q, ch);
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 0);
+    tn_broker_set_publisher(q->b, NULL, NULL);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+/* A dead-letter move that cannot start for want of memory (nor can the
+ * message's pending entry be made) is not lost either: the scan finds the
+ * message again. Before: neither leased nor pending until a restart. */
+static void test_dead_letter_start_out_of_memory_delivered_again(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    qfx_sink_t s;
+    tn_channel_t *ch = sink_with(q, &s, 1);
+    tn_msg_t *body = tn_msg_new("poison", 6);
+    dlw_t w = {0, 0};
+    tn__channel_spares_free();
+    tn_alloc_fail_after(0);
+    int rc = tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, NULL,
+                                     on_dl_done, &w);
+    tn_alloc_fail_after(-1);
+    tn_msg_unref(body);
+    assert_int_equal(rc, 0);
+    assert_int_equal(w.n, 1);
+    assert_int_equal(w.status, UV_ENOMEM);
+    bool again = qfx_run_until(q, delivered_twice, &s);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    printf("move out of memory: delivered again %d, depth %" PRIu64 "\n", again, st.depth);
+    assert_true(again);
+    assert_int_equal(s.d[1].offset, 0);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[1].offset, s.d[1].nonce), 0);
+    sync_all_ok(q, ch);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
 static bool depth_zero(void *arg)
 {
     tn_channel_stats_t st;
@@ -2901,6 +2972,8 @@ int main(void)
         cmocka_unit_test(test_dead_letter_now),
         cmocka_unit_test(test_dead_letter_fin_refused_moves_once),
         cmocka_unit_test(test_dead_letter_fin_out_of_memory_delivered_again),
+        cmocka_unit_test(test_dead_letter_copy_failed_out_of_memory_delivered_again),
+        cmocka_unit_test(test_dead_letter_start_out_of_memory_delivered_again),
         cmocka_unit_test(test_hand_over_fin_out_of_memory_comes_back),
         cmocka_unit_test(test_hand_over_lease_out_of_memory_delivered_later),
         cmocka_unit_test(test_dead_letter_copy_gone_with_its_topic),
