@@ -138,6 +138,11 @@ struct tn_meta_s {
     bool room_read; /* room holds a reading that may still be used */
     uint64_t room_at;
     uint64_t room_spent;
+    /* The reading was taken with a snapshot due, the one after
+     * room_due_base (raft.log.snapshot.last_index then): it serves that
+     * snapshot's proposals until it is old (room_stale). */
+    bool room_due;
+    raft_index room_due_base;
     struct raft_transfer room_xfer; /* hands leadership away for room */
     bool room_xfer_busy;
     int64_t leader_since_wall; /* wall ms this node became leader; 0 = not leader */
@@ -614,12 +619,17 @@ static void hand_over_for_room(tn_meta_t *m)
 #define ROOM_READING_MS 1000
 
 /* Whether the room reading may no longer hold for the next entry: none
- * yet, too old, TN_META_ROOM_BURST bytes proposed since, or a snapshot
- * due (soon: libraft may need a segment now; read once a loop ms). */
+ * yet (a refusal drops it), too old, TN_META_ROOM_BURST bytes proposed
+ * since, or a snapshot due (soon: libraft may need a segment now) that
+ * the reading was not taken for. Once per snapshot due, not once a loop
+ * millisecond while it is due: a burst near a snapshot cost a statvfs a
+ * millisecond on the loop thread. Within the reading's second, the
+ * judge counts what was proposed since as taken, as for any reading. */
 static bool room_stale(const tn_meta_t *m, uint64_t now, bool soon)
 {
     return !m->room_read || now - m->room_at >= ROOM_READING_MS ||
-           m->room_spent >= TN_META_ROOM_BURST || (soon && now != m->room_at);
+           m->room_spent >= TN_META_ROOM_BURST ||
+           (soon && (!m->room_due || m->room_due_base != m->raft.log.snapshot.last_index));
 }
 
 /* 0, or UV_ENOSPC when the next entry (bytes long) could need a new log
@@ -641,6 +651,8 @@ static int room_for_entry(tn_meta_t *m, size_t bytes)
         m->room_read = true;
         m->room_at = now;
         m->room_spent = 0;
+        m->room_due = soon;
+        m->room_due_base = m->raft.log.snapshot.last_index;
     }
     char why[1200];
     int rc = tn_meta_room_judge(&m->room, m->room_spent, soon, m->dir, why, sizeof(why));

@@ -45,8 +45,9 @@ int tn_meta_room_check(const char *dir, uint64_t *room_out, char *err, size_t er
  * statvfs (and opendir when short) for every proposal blocked the loop
  * thread on a slow file system and cost a system call per write. The
  * metastore reads again when a reading may no longer hold (meta.c
- * room_for_entry): a second old, a snapshot due (libraft then needs a
- * segment), TN_META_ROOM_BURST bytes proposed since, or after a refusal.
+ * room_for_entry): a second old, a snapshot due that it was not read for
+ * (libraft then needs a segment; once per snapshot, not per proposal),
+ * TN_META_ROOM_BURST bytes proposed since, or after a refusal.
  * Between readings, what was proposed since counts as taken (spent). */
 typedef struct {
     bool known;     /* false: dir could not be read; nothing is refused */
