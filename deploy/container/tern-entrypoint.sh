@@ -25,10 +25,19 @@
 #       member), else tls.crt and tls.key (one for all); ca.crt either way
 # and one of
 #   --peers 1@<set>-0.<svc>:<raft>,...   when its data directory has no
-#       Raft state and no other member answers /readyz: the first start of
-#       the cluster. This waits (up to TERN_PEER_WAIT seconds, default
-#       300) until every pod's name resolves (the peer Service publishes
-#       not-ready pods), so that the first election finds its voters.
+#       Raft state and no other member answers /readyz within
+#       TERN_READY_WAIT seconds (default 15; it looks once a second): the
+#       first start of the cluster. One look is not enough: a member whose
+#       volume was lost while the metastore elects a new leader (it may
+#       have led it) finds no member ready until the election is over and
+#       the new leader has committed, one or two election timeouts
+#       (raft-election-timeout, 1 s by default, randomized up to twice
+#       that) and a round trip, a few seconds with a split vote; 15 s
+#       covers several such rounds, and costs the cluster's real first
+#       start no more than that once. This then waits (up to
+#       TERN_PEER_WAIT seconds, default 300) until every pod's name
+#       resolves (the peer Service publishes not-ready pods), so that the
+#       first election finds its voters.
 #   --join <set>-0.<svc>:<http>,...      otherwise: a restart (Raft state
 #       on disk: ternd starts from it) or a member whose disk is new while
 #       the cluster runs (it asks to be admitted again, the lost-disk path
@@ -37,7 +46,8 @@
 # Variables: TERN_REPLICAS, TERN_PEER_SERVICE (the headless Service),
 # POD_IP (the downward API's status.podIP: what the pod's name must
 # resolve to before ternd starts), TERN_HTTP_PORT (4151),
-# TERN_RAFT_PORT (4153), TERN_PEER_WAIT (300), TERN_RAFT_TLS_DIR, TERN_DATA_PATH
+# TERN_RAFT_PORT (4153), TERN_PEER_WAIT (300), TERN_READY_WAIT (15),
+# TERN_RAFT_TLS_DIR, TERN_DATA_PATH
 # (/var/lib/tern). It writes nothing: the root file system may be
 # read-only.
 set -euo pipefail
@@ -70,6 +80,8 @@ pod_ip=${POD_IP:?tern-entrypoint: POD_IP (the downward API status.podIP) is not 
 http_port=${TERN_HTTP_PORT:-4151}
 raft_port=${TERN_RAFT_PORT:-4153}
 wait_s=${TERN_PEER_WAIT:-300}
+ready_wait=${TERN_READY_WAIT:-15}
+[[ "$ready_wait" =~ ^[0-9]+$ ]] || die "TERN_READY_WAIT must be a number of seconds, not '$ready_wait'"
 data=${TERN_DATA_PATH:-/var/lib/tern}
 
 # Whether an option is among the arguments already (--name or --name=...).
@@ -135,16 +147,23 @@ if ! given peers "$@" && ! given join "$@"; then
     if [ -e "$data/meta/metadata1" ] || [ -e "$data/meta/metadata2" ]; then
         mode="join"
     else
-        for n in "${names[@]}"; do
-            [ "$n" = "$host.$svc" ] && continue
-            if ready_at "$n"; then
-                mode="join"
-                break
-            fi
+        # Looked at again for ready_wait seconds (see the top): a
+        # re-election hides every ready member for a few seconds.
+        deadline=$((SECONDS + ready_wait))
+        while :; do
+            for n in "${names[@]}"; do
+                [ "$n" = "$host.$svc" ] && continue
+                if ready_at "$n"; then
+                    mode="join"
+                    break 2
+                fi
+            done
+            [ $SECONDS -lt $deadline ] || break
+            sleep 1
         done
     fi
     if [ "$mode" = peers ]; then
-        echo "tern-entrypoint: member $((ordinal + 1)) of $replicas: no Raft state in $data/meta and no other member ready: the cluster's first start, once every member's name resolves" >&2
+        echo "tern-entrypoint: member $((ordinal + 1)) of $replicas: no Raft state in $data/meta and no other member ready within ${ready_wait}s: the cluster's first start, once every member's name resolves" >&2
         deadline=$((SECONDS + wait_s))
         for n in "${names[@]}"; do
             until timeout 5 getent hosts "$n" >/dev/null; do

@@ -30,6 +30,7 @@ dashboard (ctest label `deploy`).
 import argparse
 import base64
 import http.client
+import http.server
 import json
 import os
 import re
@@ -37,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -68,7 +70,7 @@ TERNCTL = None  # path of a built ternctl, or None when the tree has none yet
 # TERN_ variables that are not ternd options: the entrypoint's, ternctl's
 # connection, and the two secrets ternd reads from its environment.
 ENTRYPOINT_VARS = {"TERN_REPLICAS", "TERN_PEER_SERVICE", "TERN_HTTP_PORT", "TERN_RAFT_PORT",
-                   "TERN_RAFT_TLS_DIR", "TERN_PEER_WAIT"}
+                   "TERN_RAFT_TLS_DIR", "TERN_PEER_WAIT", "TERN_READY_WAIT"}
 TERNCTL_VARS = {"TERN_URL", "TERN_USER", "TERN_PASSWORD", "TERN_PASSWORD_FILE"}
 SECRET_VARS = {"TERN_CLUSTER_SECRET", "TERN_ADMIN_PASSWORD", "TERN_PASSWORD"}
 
@@ -292,14 +294,27 @@ class Entrypoint(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def run_entry(self, *args, **env):
+    def run_entry(self, *args, hosts=None, **env):
+        """The entrypoint run with args and env; with hosts (the text of
+        an /etc/hosts), in a mount namespace of its own (unshare -m, as
+        root) where that is /etc/hosts, for the names its /readyz looks
+        resolve (bash's /dev/tcp asks the system resolver, not getent)."""
         e = {"PATH": self.bindir + ":" + os.environ["PATH"], "TERND": self.stub,
              "TERN_DATA_PATH": self.data}
         e.update(env)
         if os.path.exists(self.out):
             os.unlink(self.out)
-        r = subprocess.run(["bash", ENTRYPOINT, *args], env=e, capture_output=True, text=True,
-                           timeout=60)
+        cmd = ["bash", ENTRYPOINT, *args]
+        if hosts is not None:
+            if shutil.which("unshare") is None or os.geteuid() != 0:
+                raise AssertionError("this test needs root and unshare (util-linux) for a "
+                                     "private /etc/hosts")
+            path = os.path.join(self.dir, "hosts")
+            with open(path, "w") as f:
+                f.write(hosts)
+            cmd = ["unshare", "-m", "--", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"',
+                   path, *cmd]
+        r = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=60)
         argv = None
         if os.path.exists(self.out):
             with open(self.out) as f:
@@ -332,20 +347,58 @@ class Entrypoint(unittest.TestCase):
 
     def test_first_start_bootstraps_with_peers(self):
         # The stub getent resolves every name; /readyz of the others is
-        # not reachable (the names lead to this pod's IP, where nothing
-        # listens), so this is the cluster's first start.
+        # not reachable (the system resolver knows no such names), so
+        # this is the cluster's first start, once no member was ready for
+        # TERN_READY_WAIT seconds.
         for f in ("ca.crt", "tls.crt", "tls.key"):
             open(os.path.join(self.tls, f), "w").close()
+        start = time.monotonic()
         r, argv = self.run_entry(**self.member(
             HOSTNAME="db-0", TERN_PEER_SERVICE="db-peers", TERN_RAFT_PORT="5153",
-            TERN_HTTP_PORT="5151", TERN_RAFT_TLS_DIR=self.tls))
+            TERN_HTTP_PORT="5151", TERN_RAFT_TLS_DIR=self.tls, TERN_READY_WAIT="2"))
         self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertGreaterEqual(time.monotonic() - start, 2)
+        self.assertIn("no other member ready within 2s: the cluster's first start", r.stderr)
         self.assertEqual(argv, [
             "--node-id", "1", "--advertise-address", "db-0.db-peers:5151",
             "--raft-address", "db-0.db-peers:5153",
             "--raft-tls-cert", f"{self.tls}/tls.crt", "--raft-tls-key", f"{self.tls}/tls.key",
             "--raft-tls-ca", f"{self.tls}/ca.crt",
             "--peers", "1@db-0.db-peers:5153,2@db-1.db-peers:5153,3@db-2.db-peers:5153"])
+
+    def test_a_member_ready_a_moment_later_is_joined(self):
+        # A pod whose volume was lost while the metastore elects a new
+        # leader: no other member answers /readyz 200 at the first look
+        # (503 here for 3 s, as a member without a leader does), one does
+        # a moment later. The entrypoint looks again before it takes the
+        # empty volume for the cluster's first start, so it joins.
+        # Before: --peers, a second cluster's bootstrap.
+        ready_at = time.monotonic() + 3
+
+        class Readyz(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200 if time.monotonic() >= ready_at else 503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Readyz)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            r, argv = self.run_entry(
+                hosts="127.0.0.1 localhost tern-0.tern-peers tern-1.tern-peers tern-2.tern-peers\n",
+                **self.member(POD_IP="127.0.0.1", TERN_HTTP_PORT=str(srv.server_port)))
+        finally:
+            srv.shutdown()
+            srv.server_close()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        print(f"\n{r.stderr}", end="")
+        self.assertIsNotNone(argv, r.stderr)
+        self.assertNotIn("--peers", argv)
+        self.assertEqual(argv[-2:], ["--join", f"tern-0.tern-peers:{srv.server_port},"
+                                               f"tern-2.tern-peers:{srv.server_port}"])
 
     def test_given_options_are_kept(self):
         open(os.path.join(self.data, "meta", "metadata2"), "w").close()
@@ -358,6 +411,7 @@ class Entrypoint(unittest.TestCase):
     def test_refusals_name_the_problem(self):
         cases = [
             (self.member(TERN_REPLICAS="three"), "TERN_REPLICAS must be a positive number"),
+            (self.member(TERN_READY_WAIT="15s"), "TERN_READY_WAIT must be a number of seconds"),
             (self.member(HOSTNAME="tern"), "does not end in -<ordinal>"),
             (self.member(HOSTNAME="tern-3"), "pod ordinal 3 is not below TERN_REPLICAS=3"),
             (self.member(POD_IP=""), "POD_IP"),
@@ -367,7 +421,7 @@ class Entrypoint(unittest.TestCase):
              "after 0s"),
             # The Raft name given: only the peers' names are waited for.
             (self.member(TERN_PEER_WAIT="0", TERN_PEER_SERVICE="no-such-service.invalid",
-                         argv=["--raft-address", "x.example:4153"]),
+                         TERN_READY_WAIT="0", argv=["--raft-address", "x.example:4153"]),
              "tern-0.no-such-service.invalid does not resolve after 0s"),
         ]
         for env, needle in cases:
@@ -585,10 +639,9 @@ class EntrypointCluster(unittest.TestCase):
         self.assertEqual(self.stop(2), 0, self.log(2))
         shutil.rmtree(os.path.join(self.dir, "data2"))
         # t-2 may have led the metastore: until the other two have elected
-        # again neither answers /readyz, and the entrypoint rightly takes
-        # an empty volume with no member ready for the first start.
-        self.wait_ready(0)
-        self.wait_ready(1)
+        # again neither answers /readyz. Started at once, t-2 looks again
+        # for TERN_READY_WAIT (15 s) before it would take its empty
+        # volume for the cluster's first start, and finds them ready.
         self.start(2)
         self.wait_ready(2)
         self.assertEqual(self.log(2).count("--join t-0.t-peers"), 1, self.log(2))
