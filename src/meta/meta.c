@@ -43,7 +43,7 @@
 #define DEFAULT_HEARTBEAT_INTERVAL_MS 5000
 #define DEFAULT_DEAD_AFTER_MS         30000
 /* A proposal's whole budget, forwards and re-sends included (meta.h). */
-#define PROPOSE_MS 10000
+#define PROPOSE_MS TN_META_PROPOSE_MS
 /* A forward that failed at a leader goes to that same leader again no
  * sooner than this (another leader: at once). */
 #define RESEND_MS 250
@@ -1140,6 +1140,22 @@ int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn
     return 0;
 }
 
+int tn_meta_propose_until(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, uint64_t until,
+                          tn_meta_cb cb)
+{
+    if (until != 0 && !m->closing && uv_now(m->loop) >= until)
+        return UV_ETIMEDOUT;
+    int rc = tn_meta_propose(m, req, c, cb);
+    if (rc == 0 && until != 0) {
+        /* Not answered inside tn_meta_propose: waiting or forwarded, it
+         * gives up at until too (its deadline for a leader, its expiry
+         * for forwards, re-sends and the read-back wait). */
+        req->expires = TN_MIN(req->expires, until);
+        req->deadline = TN_MIN(req->deadline, until);
+    }
+    return rc;
+}
+
 int tn_meta_propose_encoded(tn_meta_t *m, tn_meta_req_t *req, const void *buf, size_t len,
                             tn_meta_cb cb)
 {
@@ -1890,15 +1906,11 @@ static int confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int
     c->req.data = c;
     c->next = m->confirms;
     m->confirms = c;
-    int rc = tn_meta_propose(m, &c->req, &cmd, on_confirm_noop);
+    /* Its no-op, waiting or forwarded, gives up at until too. */
+    int rc = tn_meta_propose_until(m, &c->req, &cmd, until, on_confirm_noop);
     if (rc != 0) {
         m->confirms = c->next;
         tn_free(c);
-    } else if (until != 0) {
-        /* Not answered inside tn_meta_propose: its no-op, waiting or
-         * forwarded, gives up at until too. */
-        c->req.expires = TN_MIN(c->req.expires, until);
-        c->req.deadline = TN_MIN(c->req.deadline, until);
     }
     return rc;
 }
@@ -1906,6 +1918,12 @@ static int confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int
 int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
 {
     return confirm_until(m, 0, cb, arg);
+}
+
+int tn_meta_confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int status),
+                          void *arg)
+{
+    return confirm_until(m, until, cb, arg);
 }
 
 /* --- replicated partitions ------------------------------------------------------ */

@@ -265,6 +265,17 @@ int tn_meta_set_nsq(tn_meta_t *m, const tn_meta_nsq_t *nsq);
  * UV_EINVAL (c does not encode), TN_ECLOSED, UV_ENOMEM or TN_EFAILED (no
  * random bytes for a stamp). */
 int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn_meta_cb cb);
+/* A proposal's whole budget (above): a caller whose request takes
+ * several metastore steps bounds them all by one (tn_meta_propose_until,
+ * tn_meta_confirm_until). */
+#define TN_META_PROPOSE_MS 10000
+/* tn_meta_propose, given up at until too (loop ms of m's loop, uv_now;
+ * 0: its own bound alone): past it, answered as past its own bound
+ * (TN_ENOLEADER waiting for a leader, else the forward's last failure or
+ * UV_ETIMEDOUT); a change read back waits no longer either. Or at once
+ * UV_ETIMEDOUT when until has passed, or tn_meta_propose's errors. */
+int tn_meta_propose_until(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, uint64_t until,
+                          tn_meta_cb cb);
 /* On the leader, for the node RPC handler: propose a command another
  * node encoded (len bytes, copied), decoded and checked first. 0 (cb
  * follows), TN_ENOTLEADER (this node is not the leader: the caller
@@ -313,6 +324,13 @@ int tn_meta_transfer(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
  * (TN_ENOLEADER, TN_ECLOSED, ...), or UV_ETIMEDOUT (committed but not
  * applied here within 10 s). Or at once TN_ECLOSED / UV_ENOMEM. */
 int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg);
+/* tn_meta_confirm, given up at until too (loop ms, as
+ * tn_meta_propose_until; 0: its own bounds alone): on a follower cb's
+ * status is then the no-op's failure or UV_ETIMEDOUT. On the leader a
+ * barrier, as tn_meta_confirm's (answered once committed or leadership
+ * is lost). Or at once UV_ETIMEDOUT when until has passed. */
+int tn_meta_confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int status),
+                          void *arg);
 /* Be told (cb(arg), on the loop thread, from the metastore's tick: within
  * about 100 ms) after applied log entries or a restored snapshot changed
  * the local replica, once it is ready; cb NULL: no more. For followers of

@@ -428,7 +428,12 @@ struct uop_s {
     int tries;       /* proposals refused because the record changed meanwhile */
     bool confirmed;  /* this replica confirmed current before a 404 (on_confirmed) */
     int unconfirmed; /* that confirmation's error (0: confirmed) */
-    uop_t *next;     /* waiting to hash */
+    /* Loop ms: the request's metastore budget, TN_META_PROPOSE_MS from
+     * its first step there (0 before), which the confirmation before a
+     * 404 and every proposal (a change made again too) share, as one
+     * write's forwards and read-back wait do. */
+    uint64_t until;
+    uop_t *next; /* waiting to hash */
 };
 
 /* The hashing queue, one per tn_v1_t (in v->users). */
@@ -520,6 +525,8 @@ static void propose(uop_t *op)
         uop_end(op, 503, "shutting down");
         return;
     }
+    if (op->until == 0)
+        op->until = uv_now(v->loop) + TN_META_PROPOSE_MS;
     tn_meta_cmd_t c;
     memset(&c, 0, sizeof(c));
     const tn_meta_user_t *cur = tn_meta_user_find(tn_meta_state(v->meta), op->user);
@@ -536,10 +543,10 @@ static void propose(uop_t *op)
     } else if (cur == NULL) {
         /* Made through another node a moment ago, maybe, and not applied
          * here yet: this replica catches up with the leader before the
-         * user is said not to exist. */
+         * user is said not to exist, within the request's budget. */
         if (!op->confirmed) {
             op->confirmed = true;
-            op->unconfirmed = tn_meta_confirm(v->meta, on_confirmed, op);
+            op->unconfirmed = tn_meta_confirm_until(v->meta, op->until, on_confirmed, op);
             if (op->unconfirmed == 0)
                 return;
         }
@@ -579,7 +586,7 @@ static void propose(uop_t *op)
         }
     }
     op->mreq.data = op;
-    int rc = tn_meta_propose(v->meta, &op->mreq, &c, on_user_proposed);
+    int rc = tn_meta_propose_until(v->meta, &op->mreq, &c, op->until, on_user_proposed);
     if (rc != 0)
         uop_end(op, 503, "control plane temporarily unavailable");
 }

@@ -2569,6 +2569,32 @@ static void test_no_leader(void **state)
     assert_int_equal(cnt.last, TN_ENOLEADER);
     assert_true(tn_now_mono_ms() - start >= 4900);
     assert_null(tn_meta_topic_find(tn_meta_state(m), "orders"));
+    /* Given a request's budget (until), a confirmation and a proposal end
+     * there, not at their own bounds (5 s waiting for a leader, here past
+     * the confirmation's until too). The loop's clock, as until's. */
+    uv_update_time(&loop);
+    uint64_t until = uv_now(&loop) + 300;
+    async_t ca = {0, -1};
+    assert_int_equal(tn_meta_confirm_until(m, until, on_async, &ca), 0);
+    cnt.done = 0;
+    w.n = 1;
+    assert_int_equal(tn_meta_propose_until(m, &req, &t, until, on_done), 0);
+    assert_true(run_until(&loop, async_done, &ca));
+    uint64_t confirm_at = uv_now(&loop);
+    assert_true(run_until(&loop, has_done, &w));
+    uint64_t propose_at = uv_now(&loop);
+    printf("within a budget of 300 ms: confirmation %d after %llu ms, proposal %d after %llu ms\n",
+           ca.status, (unsigned long long)(confirm_at - (until - 300)), cnt.last,
+           (unsigned long long)(propose_at - (until - 300)));
+    assert_int_equal(ca.status, TN_ENOLEADER);
+    assert_int_equal(cnt.last, TN_ENOLEADER);
+    assert_true(confirm_at >= until && confirm_at < until + 4000);
+    assert_true(propose_at >= until && propose_at < until + 4000);
+    /* A budget spent already: refused at once, nothing proposed. */
+    assert_int_equal(tn_meta_confirm_until(m, uv_now(&loop), on_async, &ca), UV_ETIMEDOUT);
+    assert_int_equal(tn_meta_propose_until(m, &req, &t, uv_now(&loop), on_done), UV_ETIMEDOUT);
+    assert_int_equal(ca.done, 1);
+    assert_int_equal(cnt.done, 1);
     uint64_t id = 0;
     const char *api = NULL;
     assert_int_equal(tn_meta_leader(m, &id, &api), TN_ENOLEADER);
