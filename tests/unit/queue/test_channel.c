@@ -972,8 +972,8 @@ static void test_dead_letter_copy_forgotten_when_emptied(void **state)
 }
 
 /* The copy's end (on_dlq_published) run with every allocation failing,
- * the spare channel-log requests gone, so that the source's FIN cannot
- * be recorded (record_ex: UV_ENOMEM). */
+ * the spare channel-log requests gone, so that neither the source's FIN
+ * (record_ex) nor the message's pending entry can be made: UV_ENOMEM. */
 static tn_pub_cb oom_inner;
 
 static void oom_at_fin(tn_pub_t *p, int status)
@@ -989,6 +989,41 @@ static bool delivered_twice(void *arg)
     return ((qfx_sink_t *)arg)->n >= 2;
 }
 
+/* Channel c of topic t on q with s attached, its message 0 moved to
+ * t.c.DLQ, the copy (held: hold_publisher) ended with status by a copy's
+ * end run out of memory (oom_at_fin); the loop then runs until the move
+ * ended (*w). */
+static tn_channel_t *dead_letter_end_out_of_memory(qfx_t *q, qfx_sink_t *s, int status, dlw_t *w)
+{
+    tn_channel_t *ch = sink_with(q, s, 1);
+    tn_broker_set_publisher(q->b, hold_publisher, NULL);
+    tn_msg_t *body = tn_msg_new("poison", 6);
+    assert_int_equal(tn_consumer_dead_letter(&s->c, 0, s->d[0].offset, true, s->d[0].nonce, body,
+                                             NULL, on_dl_done, w),
+                     0);
+    tn_msg_unref(body);
+    oom_inner = held_cb;
+    held_cb = oom_at_fin;
+    held_end(q, status);
+    assert_true(qfx_run_until(q, one_move_ended, w));
+    return ch;
+}
+
+/* Message 0 of ch, delivered to s a second time, acked; the channel is
+ * empty once that is durable; then s detached and q freed. */
+static void ack_again_and_free(qfx_t *q, qfx_sink_t *s, tn_channel_t *ch)
+{
+    assert_int_equal(s->d[1].offset, 0);
+    assert_int_equal(tn_consumer_ack(&s->c, 0, s->d[1].offset, s->d[1].nonce), 0);
+    sync_all_ok(q, ch);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 0);
+    tn_broker_set_publisher(q->b, NULL, NULL);
+    tn_consumer_detach(&s->c);
+    qfx_free(q);
+}
+
 /* A dead letter whose copy is durable but whose source FIN cannot be
  * recorded for want of memory (its lease already gone) is not lost: it
  * goes back to the channel and is delivered again. Before: neither
@@ -998,18 +1033,8 @@ static void test_dead_letter_fin_out_of_memory_delivered_again(void **state)
     (void)state;
     qfx_t *q = qfx_new(NULL, NULL);
     qfx_sink_t s;
-    tn_channel_t *ch = sink_with(q, &s, 1);
-    tn_broker_set_publisher(q->b, hold_publisher, NULL);
-    tn_msg_t *body = tn_msg_new("poison", 6);
     dlw_t w = {0, 0};
-    assert_int_equal(tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, NULL,
-                                             on_dl_done, &w),
-                     0);
-    tn_msg_unref(body);
-    oom_inner = held_cb;
-    held_cb = oom_at_fin;
-    held_end(q, 0);
-    assert_true(qfx_run_until(q, one_move_ended, &w));
+    tn_channel_t *ch = dead_letter_end_out_of_memory(q, &s, 0, &w);
     assert_int_equal(w.status, UV_ENOMEM);
     assert_int_equal(ch->dlq_count, 0);
     bool again = qfx_run_until(q, delivered_twice, &s);
@@ -1018,14 +1043,7 @@ static void test_dead_letter_fin_out_of_memory_delivered_again(void **state)
     printf("FIN out of memory: delivered again %d, depth %" PRIu64 ", in flight %" PRIu64 "\n",
            again, st.depth, (uint64_t)tn_consumer_inflight(&s.c));
     assert_true(again);
-    assert_int_equal(s.d[1].offset, 0);
-    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[1].offset, s.d[1].nonce), 0);
-    sync_all_ok(q, ch);
-    tn_channel_stats(ch, &st);
-    assert_int_equal(st.depth, 0);
-    tn_broker_set_publisher(q->b, NULL, NULL);
-    tn_consumer_detach(&s.c);
-    qfx_free(q);
+    ack_again_and_free(q, &s, ch);
 }
 
 /* A dead letter whose copy fails to publish, the copy's end run with
@@ -1038,18 +1056,8 @@ static void test_dead_letter_copy_failed_out_of_memory_delivered_again(void **st
     (void)state;
     qfx_t *q = qfx_new(NULL, NULL);
     qfx_sink_t s;
-    tn_channel_t *ch = sink_with(q, &s, 1);
-    tn_broker_set_publisher(q->b, hold_publisher, NULL);
-    tn_msg_t *body = tn_msg_new("poison", 6);
     dlw_t w = {0, 0};
-    assert_int_equal(tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, NULL,
-                                             on_dl_done, &w),
-                     0);
-    tn_msg_unref(body);
-    oom_inner = held_cb;
-    held_cb = oom_at_fin;
-    held_end(q, UV_EIO);
-    assert_true(qfx_run_until(q, one_move_ended, &w));
+    tn_channel_t *ch = dead_letter_end_out_of_memory(q, &s, UV_EIO, &w);
     assert_int_equal(w.status, UV_EIO);
     bool again = qfx_run_until(q, delivered_twice, &s);
     tn_channel_stats_t st;
@@ -1057,14 +1065,7 @@ static void test_dead_letter_copy_failed_out_of_memory_delivered_again(void **st
     printf("copy failed, out of memory: delivered again %d, depth %" PRIu64 ", pending %zu\n",
            again, st.depth, tn_u64map_size(&ch->parts[0]->pend_map));
     assert_true(again);
-    assert_int_equal(s.d[1].offset, 0);
-    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[1].offset, s.d[1].nonce), 0);
-    sync_all_ok(q, ch);
-    tn_channel_stats(ch, &st);
-    assert_int_equal(st.depth, 0);
-    tn_broker_set_publisher(q->b, NULL, NULL);
-    tn_consumer_detach(&s.c);
-    qfx_free(q);
+    ack_again_and_free(q, &s, ch);
 }
 
 /* A dead-letter move that cannot start for want of memory (nor can the
@@ -1092,11 +1093,7 @@ static void test_dead_letter_start_out_of_memory_delivered_again(void **state)
     tn_channel_stats(ch, &st);
     printf("move out of memory: delivered again %d, depth %" PRIu64 "\n", again, st.depth);
     assert_true(again);
-    assert_int_equal(s.d[1].offset, 0);
-    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[1].offset, s.d[1].nonce), 0);
-    sync_all_ok(q, ch);
-    tn_consumer_detach(&s.c);
-    qfx_free(q);
+    ack_again_and_free(q, &s, ch);
 }
 
 static bool depth_zero(void *arg)
