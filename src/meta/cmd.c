@@ -283,10 +283,16 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         }
         if (c->owner_rule != 0)
             tn__meta_w_u8(&w, c->owner_rule);
+        if (c->topic.creating != 0)
+            tn__meta_w_u64(&w, c->topic.creating);
         break;
     }
     case TN_MC_TOPIC_DELETE:
         tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
+        break;
+    case TN_MC_TOPIC_READY:
+        tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
+        tn__meta_w_u64(&w, (uint64_t)c->topic.created_at_ms);
         break;
     case TN_MC_TOPIC_FACTOR:
         if (c->topic.replication_factor < 1 || c->topic.replication_factor > TN_META_MAX_FACTOR ||
@@ -842,10 +848,21 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
             if (r.rc == 0 && (c->owner_rule == 0 || !owner_rule_valid(c)))
                 r.rc = TN_ECORRUPT;
         }
+        /* The creation mark came later: an older build's entry (and
+         * snapshot record) has none, a topic that is ready. */
+        if (r.rc == 0 && r.left > 0) {
+            c->topic.creating = tn__meta_r_u64(&r);
+            if (r.rc == 0 && c->topic.creating == 0)
+                r.rc = TN_ECORRUPT;
+        }
         break;
     }
     case TN_MC_TOPIC_DELETE:
         r_name(&r, c->topic.name, false);
+        break;
+    case TN_MC_TOPIC_READY:
+        r_name(&r, c->topic.name, false);
+        c->topic.created_at_ms = r_i64(&r);
         break;
     case TN_MC_TOPIC_FACTOR:
         r_name(&r, c->topic.name, false);

@@ -89,6 +89,13 @@
  * snapshot record only): [8] id [s] topic [4] partition [1] end (1 done, 2
  * aborted, 3 failed) [8] started ms [8] finished ms [1] nfrom from as [4] each [1]
  * nto to as [4] each [s] reason.
+ * TOPIC_PUT's creation mark: [8] the creating member's id (not 0) ends
+ * the payload (after the owner rule, if any) of a record being created
+ * through /v1 (tn_meta_topic_t.creating); absent (every older entry and
+ * snapshot record): ready. An older build refuses an entry or snapshot
+ * with it (trailing bytes). TOPIC_READY (27): [s] topic [8] created_at_ms,
+ * the mark cleared; an older build refuses it as an unknown type
+ * (UV_ENOTSUP), its state unchanged (it kept no mark).
  * REMOTE_PUT (30) and REMOTE_DELETE (31): a remote's record with its
  * sealed credential, and its removal; REMOTE_SALT (32): the cluster's
  * seal salt, made once by the metastore leader; REMOTE_CHILD_PUT (33) and
@@ -176,6 +183,10 @@ typedef enum {
     /* A topic's replication factor changed (topic.name, .replication_factor,
      * .min_insync; if_unchanged with expect always): state.c topic_factor. */
     TN_MC_TOPIC_FACTOR = 26,
+    /* A /v1 creation's part is made: its mark (tn_meta_topic_t.creating)
+     * is cleared, if the record is the one made at topic.created_at_ms
+     * ([s] topic [8] created_at_ms): state.c topic_ready. */
+    TN_MC_TOPIC_READY = 27,
     /* Remotes (meta/remote.h has their payloads). */
     TN_MC_REMOTE_PUT = 30,
     TN_MC_REMOTE_DELETE = 31,
@@ -272,6 +283,15 @@ typedef struct {
      * as 1 (a record made before these fields). */
     uint8_t replication_factor;
     uint8_t min_insync;
+    /* Being created through /v1 by this member (0: ready). Every produce
+     * path holds publishes to a marked topic (cluster/router.h), so that
+     * a creation taken back (its TOPIC_DELETE) takes no acknowledged
+     * message with it. Set only when the record is made (an update keeps
+     * the stored mark, whatever it carries); cleared by TOPIC_READY, or
+     * when the member's session is fenced (meta/state.h). Not in the
+     * fingerprint: a PATCH made from a marked copy still lands. Encoded
+     * last in TOPIC_PUT, [8] not 0, only when set. */
+    uint64_t creating;
 } tn_meta_topic_t;
 
 typedef struct {

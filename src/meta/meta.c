@@ -846,6 +846,7 @@ static bool read_back(uint8_t type)
     case TN_MC_CLUSTER_REBALANCE:
     case TN_MC_MEMBER_REMOVE:
     case TN_MC_TOPIC_FACTOR:
+    case TN_MC_TOPIC_READY:
     case TN_MC_REMOTE_PUT:
     case TN_MC_REMOTE_DELETE:
     case TN_MC_REMOTE_CHILD_PUT:

@@ -485,10 +485,15 @@ static bool elect_one(tn_pstate_t *ps, void *arg)
     return ps->leader == TN_PSTATE_NONE && tn_pstate_elect(ps, &a->nodes);
 }
 
-/* Fence member i's session with incarnation (0: any) on every partition. */
+/* Fence member i's session with incarnation (0: any) on every partition.
+ * The topics it was creating through /v1 lose their mark: it can no
+ * longer answer their creation, nor take it back (state.h). */
 static void fence_member(tn_meta_state_t *s, size_t i, uint64_t incarnation)
 {
     s->members[i].fenced = true;
+    for (size_t k = 0; k < s->ntopics; k++)
+        if (s->topics[k]->rec.creating == s->members[i].id)
+            s->topics[k]->rec.creating = 0;
     (void)refresh_nodes(s); /* same size: no allocation */
     fence_arg_t a = {(uint32_t)s->members[i].id, incarnation, nodes_of(s)};
     each_pstate(s, fence_one, &a);
@@ -975,7 +980,9 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         bool min_changed = min_insync != tn_meta_topic_min_insync(&t->rec);
         char old_owner[sizeof(t->rec.owner)];
         memcpy(old_owner, t->rec.owner, sizeof(old_owner));
+        uint64_t creating = t->rec.creating; /* only TOPIC_READY and fencing clear it */
         t->rec = c->topic;
+        t->rec.creating = creating;
         /* Its dead-letter topics follow a new owner (meta/owner.h rule 3). */
         if (!restoring && (c->owner_rule & TN_META_OWN_CARRY) != 0 &&
             strcmp(old_owner, t->rec.owner) != 0)
@@ -1018,6 +1025,24 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         place(s, c, t, 0, t->rec.partitions);
     if (!restoring && t->rec.parent[0] != '\0')
         count_child(s, t->rec.parent, 1);
+    return 0;
+}
+
+/* A /v1 creation's part is made (cmd.h TOPIC_READY): the mark of the
+ * record made at c->topic.created_at_ms is cleared. TN_ENOTFOUND when it
+ * is gone (taken back, deleted), TN_ECHANGED when the record is another
+ * one made again under the name since; 0 also when the mark was cleared
+ * already (its member fenced meanwhile, or a copy sent again). */
+static int topic_ready(tn_meta_state_t *s, const tn_meta_cmd_t *c)
+{
+    bool found;
+    size_t i = tn__meta_search((void *const *)s->topics, s->ntopics, c->topic.name, TOPIC_NAME_OFF,
+                               &found);
+    if (!found)
+        return TN_ENOTFOUND;
+    if (s->topics[i]->rec.created_at_ms != c->topic.created_at_ms)
+        return TN_ECHANGED;
+    s->topics[i]->rec.creating = 0;
     return 0;
 }
 
@@ -1468,6 +1493,8 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         return topic_put(s, c, restoring);
     case TN_MC_TOPIC_FACTOR:
         return topic_factor(s, c);
+    case TN_MC_TOPIC_READY:
+        return topic_ready(s, c);
     case TN_MC_TOPIC_DELETE: {
         int rc = topic_delete(s, c->topic.name);
         if (rc == 0) /* its remote children go with it */

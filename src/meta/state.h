@@ -48,6 +48,19 @@
  * REMOTE_PUT each: meta/remote.h), and a rebalance wanted
  * (CLUSTER_REBALANCE) last.
  *
+ * Creation marks (cmd.h tn_meta_topic_t.creating): a /v1 creation's
+ * TOPIC_PUT makes its record marked with the creating member's id; the
+ * mark stays across updates, and goes by TOPIC_READY (the creator made
+ * its part; compare-and-set on created_at_ms, so a stale one never
+ * readies a record made again) or when that member's session is fenced
+ * (MEMBER_FENCE, or a registration with another incarnation or boot id:
+ * fence_member). A fenced creator can no longer answer the creation, nor
+ * take its record back; what it made of the topic stays, and nothing was
+ * acknowledged on a marked topic (every produce path holds publishes to
+ * it: cluster/router.h), so the topic is simply ready, as one whose
+ * creator crashed after its 201 would be. The snapshot writes the mark
+ * in the topic's record.
+ *
  * Removed members (MEMBER_REMOVE, DELETE /v1/cluster/members/{id}): a
  * member that holds no partition (no replica of a replicated one, no
  * factor-1 one) leaves the members, so it counts no more for placement,

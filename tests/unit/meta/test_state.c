@@ -4,7 +4,9 @@
  * addresses in the member record), their codec, the previous build's
  * MEMBER_REG still decoding and applied without losing those addresses,
  * and snapshots keeping both; channels' stamps (CHANNEL_PUT with and
- * without one, kept beside the names and in snapshots). */
+ * without one, kept beside the names and in snapshots); /v1 creation
+ * marks (TOPIC_PUT's mark, TOPIC_READY's compare-and-set, the mark
+ * cleared when its member is fenced, kept in snapshots). */
 #include "core/platform.h"
 
 #include "fixture_meta.h"
@@ -396,12 +398,169 @@ static void test_channel_stamps(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* --- creation marks (cmd.h tn_meta_topic_t.creating, state.h) --------------------- */
+
+/* A /v1 creation's TOPIC_PUT of name by member, made at at. */
+static tn_meta_cmd_t marked_topic(const char *name, uint64_t member, int64_t at)
+{
+    tn_meta_cmd_t c = tu_meta_native_topic_cmd(name, 2, 1, 1);
+    c.if_absent = true;
+    c.topic.created_at_ms = at;
+    c.topic.creating = member;
+    return c;
+}
+
+static tn_meta_cmd_t ready_cmd(const char *name, int64_t at)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_READY;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
+    c.topic.created_at_ms = at;
+    return c;
+}
+
+static uint64_t mark_of(const tn_meta_state_t *s, const char *name)
+{
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, name);
+    assert_non_null(e);
+    return e->rec.creating;
+}
+
+static void test_creation_mark_codec(void **state)
+{
+    (void)state;
+    tn_meta_cmd_t c = marked_topic("t", 7, 1000), d;
+    roundtrip(&c, &d);
+    assert_true(d.topic.creating == 7);
+    assert_true(d.if_absent && d.topic.native);
+    /* With an owner rule before it. */
+    c.owner_rule = TN_META_OWN_CHECK;
+    snprintf(c.topic.name, sizeof(c.topic.name), "t.c.DLQ");
+    roundtrip(&c, &d);
+    assert_true(d.topic.creating == 7);
+    assert_int_equal(d.owner_rule, TN_META_OWN_CHECK);
+    /* Without a mark: the older encoding, 8 bytes shorter, ready. */
+    tn_buf_t with, without;
+    tn_buf_init(&with);
+    tn_buf_init(&without);
+    c = marked_topic("t", 7, 1000);
+    assert_int_equal(tn_meta_cmd_encode(&c, &with), 0);
+    c.topic.creating = 0;
+    assert_int_equal(tn_meta_cmd_encode(&c, &without), 0);
+    uint32_t pw = tn_get_u32((const unsigned char *)tn_buf_data(&with) + 4);
+    uint32_t po = tn_get_u32((const unsigned char *)tn_buf_data(&without) + 4);
+    assert_int_equal(pw, po + 8);
+    roundtrip(&c, &d);
+    assert_true(d.topic.creating == 0);
+    /* A mark of 0 written out is damage. */
+    unsigned char *wp = (unsigned char *)tn_buf_data(&with);
+    memset(wp + TN_META_HDR + po, 0, 8);
+    size_t used;
+    assert_int_equal(tn_meta_cmd_decode(wp, tn_buf_size(&with), &d, &used), TN_ECORRUPT);
+    tn_buf_fini(&with);
+    tn_buf_fini(&without);
+    /* TOPIC_READY. */
+    c = ready_cmd("t", 1000);
+    roundtrip(&c, &d);
+    assert_int_equal(d.type, TN_MC_TOPIC_READY);
+    assert_string_equal(d.topic.name, "t");
+    assert_true(d.topic.created_at_ms == 1000);
+}
+
+static void test_creation_mark_ready(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(7, 0, 0)), 0);
+    assert_int_equal(apply(&s, marked_topic("t", 7, 1000)), 0);
+    assert_true(mark_of(&s, "t") == 7);
+    /* An update (a PATCH made from the marked copy, or from a copy without
+     * it) keeps the stored mark. */
+    tn_meta_cmd_t u = marked_topic("t", 0, 1000);
+    u.if_absent = false;
+    u.if_unchanged = true;
+    u.expect = tn_meta_topic_fingerprint(&tn_meta_topic_find(&s, "t")->rec);
+    u.topic.retention_ms = 7200000;
+    assert_int_equal(apply(&s, u), 0);
+    assert_true(mark_of(&s, "t") == 7);
+    /* Not in the fingerprint: an update made before the mark cleared
+     * still lands after. */
+    u.expect = tn_meta_topic_fingerprint(&tn_meta_topic_find(&s, "t")->rec);
+    u.topic.retention_ms = 3600000;
+    /* A READY of another creation of the name is refused: the mark stays. */
+    assert_int_equal(apply(&s, ready_cmd("t", 999)), TN_ECHANGED);
+    assert_true(mark_of(&s, "t") == 7);
+    assert_int_equal(apply(&s, ready_cmd("t", 1000)), 0);
+    assert_true(mark_of(&s, "t") == 0);
+    assert_int_equal(apply(&s, u), 0);
+    /* Again (a copy sent twice): still 0, still ready. */
+    assert_int_equal(apply(&s, ready_cmd("t", 1000)), 0);
+    assert_true(mark_of(&s, "t") == 0);
+    assert_int_equal(apply(&s, ready_cmd("gone", 1000)), TN_ENOTFOUND);
+    /* Taken back, then made again by another creation: a stale READY
+     * does not ready the new one. */
+    tn_meta_cmd_t del;
+    memset(&del, 0, sizeof(del));
+    del.type = TN_MC_TOPIC_DELETE;
+    snprintf(del.topic.name, sizeof(del.topic.name), "t");
+    assert_int_equal(apply(&s, del), 0);
+    assert_int_equal(apply(&s, ready_cmd("t", 1000)), TN_ENOTFOUND);
+    assert_int_equal(apply(&s, marked_topic("t", 7, 2000)), 0);
+    assert_int_equal(apply(&s, ready_cmd("t", 1000)), TN_ECHANGED);
+    assert_true(mark_of(&s, "t") == 7);
+    /* A snapshot keeps the mark. */
+    tn_meta_state_t r;
+    tu_meta_state_reload(&s, &r);
+    assert_true(mark_of(&r, "t") == 7);
+    assert_true(tn_meta_topic_find(&r, "t")->rec.created_at_ms == 2000);
+    tn_meta_state_fini(&r);
+    tn_meta_state_fini(&s);
+}
+
+static void test_creation_mark_fenced(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(7, 70, 700)), 0);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(8, 80, 800)), 0);
+    assert_int_equal(apply(&s, marked_topic("a", 7, 1000)), 0);
+    assert_int_equal(apply(&s, marked_topic("b", 8, 1000)), 0);
+    assert_int_equal(apply(&s, marked_topic("c", 7, 1000)), 0);
+    /* Member 7's session ends: its creations are ready, 8's not. */
+    tn_meta_cmd_t f;
+    memset(&f, 0, sizeof(f));
+    f.type = TN_MC_MEMBER_FENCE;
+    f.member.id = 7;
+    f.member.incarnation = 70;
+    assert_int_equal(apply(&s, f), 0);
+    assert_true(mark_of(&s, "a") == 0);
+    assert_true(mark_of(&s, "b") == 8);
+    assert_true(mark_of(&s, "c") == 0);
+    /* A restart of 8 (another boot id) fences its old session too. */
+    assert_int_equal(apply(&s, marked_topic("d", 7, 1000)), 0);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(8, 80, 801)), 0);
+    assert_true(mark_of(&s, "b") == 0);
+    assert_true(mark_of(&s, "d") == 7);
+    /* The same registration again (a heartbeat) fences nothing. */
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(7, 70, 700)), 0);
+    assert_true(mark_of(&s, "d") == 7);
+    tn_meta_state_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_codec),          cmocka_unit_test(test_previous_registration),
-        cmocka_unit_test(test_grow_for),       cmocka_unit_test(test_grow_for_bound),
+        cmocka_unit_test(test_codec),
+        cmocka_unit_test(test_previous_registration),
+        cmocka_unit_test(test_grow_for),
+        cmocka_unit_test(test_grow_for_bound),
         cmocka_unit_test(test_channel_stamps),
+        cmocka_unit_test(test_creation_mark_codec),
+        cmocka_unit_test(test_creation_mark_ready),
+        cmocka_unit_test(test_creation_mark_fenced),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
