@@ -20,6 +20,9 @@ const char *tn_replerr_text(int status)
         return "partition leader changed (stale leader epoch); retry";
     case TN_ENOTSERVING:
         return "partition leader not serving yet";
+    case TN_ECREATING:
+        /* Held past TN_ROUTER_CREATE_HOLD_MS (cluster/router.h). */
+        return "topic is being created; retry";
     default:
         return NULL;
     }

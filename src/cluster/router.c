@@ -4,6 +4,7 @@
 #include "cluster/router.h"
 
 #include "cluster/forward.h"
+#include "cluster/hold.h"
 #include "cluster/produce.h"
 #include "cluster/replerr.h"
 #include "cluster/replica.h"
@@ -70,6 +71,7 @@ struct tn_router_s {
      * windows, and the forwards of publishes taken here. */
     tn_produce_server_t *produce;
     tn_forward_t *fwd;
+    tn_hold_t *hold; /* publishes to topics being created (cluster/hold.h) */
 };
 
 /* A publish being accepted into the ingress log: owned by the router from
@@ -95,6 +97,47 @@ static int replica_accepts(void *arg, const char *topic, uint32_t p, uint32_t *l
     return tn_replica_accepts(arg, topic, p, leader_epoch);
 }
 
+static int route(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p, int64_t deliver_at_ms);
+
+/* A hold ended (cluster/hold.h): route p again, or answer it. */
+static void on_hold_end(void *arg, tn_pub_t *p, const char *topic, size_t len,
+                        int64_t deliver_at_ms, int status)
+{
+    tn_router_t *r = arg;
+    if (status == 0)
+        status = route(r, topic, len, p, deliver_at_ms);
+    if (status != 0) {
+        r->st.publishing--;
+        p->route_cb(p, status);
+    }
+}
+
+/* Whether topic's record is being created (hold.h): then p is held, and
+ * *rc says whether that worked (0: on_hold_end answers). */
+static bool held(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p, int64_t deliver_at_ms,
+                 int *rc)
+{
+    int64_t at = 0;
+    if (!tn_hold_marked(r->hold, topic, len, &at))
+        return false;
+    *rc = tn_hold_publish(r->hold, topic, len, p, deliver_at_ms, at);
+    return true;
+}
+
+/* The engine's append check (queue.h), whatever way the publish reached
+ * the engine: nothing is appended to a topic being created (hold.h; the
+ * router holds the publish on TN_ECREATING), and a replicated
+ * partition's records only by its serving leader. */
+static int may_append(void *arg, const tn_topic_t *t, uint32_t p)
+{
+    tn_router_t *r = arg;
+    if (tn_hold_marked(r->hold, t->name, strlen(t->name), NULL))
+        return TN_ECREATING;
+    if (r->replica == NULL)
+        return 0;
+    return tn_replica_may_append(r->replica, t->name, p, tn_topic_part_plog(t, p));
+}
+
 /* The engine's own publishes (a dead letter's copy) go the doors' way. */
 static int engine_publish(void *arg, const char *topic, size_t len, tn_pub_t *p,
                           int64_t deliver_at_ms, tn_pub_cb cb)
@@ -117,11 +160,19 @@ int tn_router_new(const tn_router_opts_t *o, tn_router_t **out)
         if (rc != 0)
             tn_produce_server_free(r->produce);
     }
+    if (rc == 0) {
+        rc = tn_hold_new(o->meta, o->broker, on_hold_end, r, &r->hold);
+        if (rc != 0) {
+            tn_forward_free(r->fwd);
+            tn_produce_server_free(r->produce);
+        }
+    }
     if (rc != 0) {
         tn_free(r);
         return rc;
     }
     tn_broker_set_publisher(o->broker, engine_publish, r);
+    tn_broker_set_append_check(o->broker, may_append, r);
     *out = r;
     return 0;
 }
@@ -135,6 +186,7 @@ void tn_router_free(tn_router_t *r)
         r->owners = q->next;
         tn_free(q);
     }
+    tn_hold_free(r->hold); /* publishes still held answer TN_ECLOSED */
     tn_forward_free(r->fwd);
     tn_produce_server_free(r->produce);
     tn_free(r);
@@ -213,6 +265,9 @@ static void on_forwarded(tn_pub_t *p, int status)
 static int spill(tn_router_t *r, tn_pub_t *p)
 {
     const tn_topic_t *t = p->topic;
+    int held_rc = 0;
+    if (t != NULL && held(r, t->name, strlen(t->name), p, p->deliver_at_ms, &held_rc))
+        return held_rc;
     bool repl = t != NULL && t->nparts > 0 && tn_forward_replicated(r->fwd, t->name);
     uint32_t part = 0;
     if (repl)
@@ -295,6 +350,9 @@ static void make_recorded(tn_router_t *r, const char *topic, size_t len)
  * (on_forwarded answers), else the refusal to give now. */
 static int wait_for_leader(tn_router_t *r, const char *name, uint32_t partition, tn_pub_t *p)
 {
+    int held_rc = 0;
+    if (held(r, name, strlen(name), p, p->deliver_at_ms, &held_rc))
+        return held_rc;
     if (!tn_forward_part_replicated(r->fwd, name, partition))
         return TN_ENOTSERVING;
     int rc = tn_forward_publish(r->fwd, name, partition, p, on_forwarded);
@@ -303,6 +361,10 @@ static int wait_for_leader(tn_router_t *r, const char *name, uint32_t partition,
 
 static void on_engine_done(tn_pub_t *p, int status)
 {
+    if (status == TN_ECREATING && p->topic != NULL &&
+        held(p->route, p->topic->name, strlen(p->topic->name), p, p->deliver_at_ms, &status) &&
+        status == 0)
+        return; /* on_hold_end answers */
     if (status == UV_EINVAL && grown_elsewhere(p->route, p))
         status = TN_EREMOTE;
     if (status == TN_EREMOTE) {
@@ -411,6 +473,20 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
     /* Counted until the door's callback: a drain waits for the count to
      * reach 0 (api/drain.h). */
     r->st.publishing++;
+    int rc = route(r, topic, len, p, deliver_at_ms);
+    if (rc != 0)
+        r->st.publishing--;
+    return rc;
+}
+
+/* tn_router_publish's routing, also of a publish held until its topic
+ * was created (on_hold_end): 0 when under way (p's callback answers),
+ * else the error. */
+static int route(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p, int64_t deliver_at_ms)
+{
+    int rc = 0;
+    if (held(r, topic, len, p, deliver_at_ms, &rc))
+        return rc;
     /* The topic is looked up by name once: the one found ready here is
      * the one the checks below and the engine use (nothing on this call
      * stack deletes or replaces it; tn_topic_publish checks anyway). */
@@ -420,25 +496,23 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
         make_recorded(r, topic, len);
     if (found != 0)
         t = NULL;
-    int rc = replica_check(r, t, p);
+    rc = replica_check(r, t, p);
     if (rc == TN_ENOTSERVING) {
         p->deliver_at_ms = deliver_at_ms; /* what the engine would have set */
         rc = wait_for_leader(r, t->name, p->pin, p);
         if (rc == 0)
             return 0; /* on_forwarded answers */
     }
-    if (rc != 0) {
-        r->st.publishing--;
+    if (rc != 0)
         return rc;
-    }
     rc = t != NULL ? tn_topic_publish(t, p, deliver_at_ms, on_engine_done)
                    : tn_broker_publish(r->o.broker, topic, len, p, deliver_at_ms, on_engine_done);
     if (rc == TN_EREMOTE || (rc == UV_EINVAL && grown_elsewhere(r, p)))
         rc = spill(r, p);
     else if (rc == TN_ENOTSERVING && p->topic != NULL)
         rc = wait_for_leader(r, p->topic->name, p->partition, p);
-    if (rc != 0)
-        r->st.publishing--;
+    else if (rc == TN_ECREATING && p->topic != NULL)
+        (void)held(r, p->topic->name, strlen(p->topic->name), p, deliver_at_ms, &rc);
     return rc;
 }
 
@@ -475,21 +549,12 @@ static void on_lead(void *arg, const char *topic, uint32_t p, tn_plog_t *pl)
                topic, p, tn_strerror(rc));
 }
 
-/* The engine's append check (queue.h): a replicated partition's records
- * are appended only by its serving leader, whatever way the publish
- * reached the engine. */
-static int may_append(void *arg, const tn_topic_t *t, uint32_t p)
-{
-    return tn_replica_may_append(arg, t->name, p, tn_topic_part_plog(t, p));
-}
-
 void tn_router_set_replica(tn_router_t *r, tn_replica_t *rm)
 {
     if (r->replica != NULL && r->replica != rm)
         tn_replica_on_lead(r->replica, NULL, NULL);
-    r->replica = rm;
+    r->replica = rm; /* may_append asks it */
     tn_produce_server_set_accepts(r->produce, rm != NULL ? replica_accepts : NULL, rm);
-    tn_broker_set_append_check(r->o.broker, rm != NULL ? may_append : NULL, rm);
     if (rm != NULL)
         tn_replica_on_lead(rm, on_lead, r);
 }

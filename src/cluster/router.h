@@ -53,7 +53,10 @@ typedef struct {
 } tn_router_opts_t;
 
 /* The engine publishes on its own behalf (dead letters) through the
- * router from here on (tn_broker_set_publisher). */
+ * router from here on (tn_broker_set_publisher), and asks it before each
+ * append (tn_broker_set_append_check: topics being created, replicated
+ * partitions); a caller that frees the router before the engine takes
+ * both off first. */
 int tn_router_new(const tn_router_opts_t *o, tn_router_t **out);
 /* After the ingress log closed (its appends in flight have answered),
  * and after the engine closed, or once tn_broker_set_publisher(b, NULL,
@@ -83,6 +86,10 @@ void tn_router_resign_window(tn_router_t *r, const char *topic, uint32_t p);
 void tn_router_on_accepted(tn_router_t *r, void (*cb)(void *arg), void *arg);
 
 /* Publish p as tn_broker_publish does (same arguments, same statuses),
+ * except that a publish to a topic being created through /v1 (its record
+ * carries a creation mark) is held until the creation's outcome, at most
+ * TN_ROUTER_CREATE_HOLD_MS, then refused with TN_ECREATING
+ * (cluster/hold.h); and
  * except that a publish for partitions another node owns is accepted into
  * the ingress log (step 2 above), or, for a replicated topic (factor >
  * 1), forwarded to the partition's leader with TN_OP_PRODUCE

@@ -33,7 +33,8 @@
     X(FENCED, "the request carries a stale leader epoch (fenced)")                                 \
     X(UNKNOWNEPOCH, "the request carries a leader epoch newer than this node knows")               \
     X(FEWREPLICAS, "fewer in-sync replicas than min_insync_replicas: write refused")               \
-    X(NOTSERVING, "the partition's new leader is not serving yet; retry")
+    X(NOTSERVING, "the partition's new leader is not serving yet; retry")                          \
+    X(CREATING, "the topic is being created; retry")
 
 enum {
     TN__ERR_BASE = -100000,

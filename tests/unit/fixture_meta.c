@@ -169,14 +169,29 @@ static void on_proposed(tn_meta_req_t *req, int status)
     p->status = status;
 }
 
-void tu_meta_commit(uv_loop_t *loop, tn_meta_t *m, const tn_meta_cmd_t *c)
+int tu_meta_propose_wait(uv_loop_t *loop, tn_meta_t *m, const tn_meta_cmd_t *c)
 {
     prop_t p;
     memset(&p, 0, sizeof(p));
     p.req.data = &p;
     assert_int_equal(tn_meta_propose(m, &p.req, c, on_proposed), 0);
     assert_true(tu_run_loop(loop, tu_is_true, &p.done));
-    assert_int_equal(p.status, 0);
+    return p.status;
+}
+
+void tu_meta_commit(uv_loop_t *loop, tn_meta_t *m, const tn_meta_cmd_t *c)
+{
+    assert_int_equal(tu_meta_propose_wait(loop, m, c), 0);
+}
+
+tn_meta_cmd_t tu_meta_ready_cmd(const char *name, int64_t at)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_READY;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
+    c.topic.created_at_ms = at;
+    return c;
 }
 
 tn_meta_cmd_t tu_meta_topic_cmd(const char *name, uint32_t partitions)

@@ -54,6 +54,11 @@ void tu_meta_close(uv_loop_t *loop, tn_meta_t *m);
 /* Commit c (borrowed) through m, as another node's proposal forwarded to
  * it would be; the test fails unless it commits. */
 void tu_meta_commit(uv_loop_t *loop, tn_meta_t *m, const tn_meta_cmd_t *c);
+/* A TOPIC_READY of name's record made at at (meta/cmd.h). */
+tn_meta_cmd_t tu_meta_ready_cmd(const char *name, int64_t at);
+/* Propose c through m and run loop until it is answered: its answer (the
+ * apply's status once committed). */
+int tu_meta_propose_wait(uv_loop_t *loop, tn_meta_t *m, const tn_meta_cmd_t *c);
 
 /* A TOPIC_PUT of name with partitions and the tests' settings (30 s
  * visibility, 1024 in flight and acked ahead, created now). */

@@ -39,6 +39,10 @@ static void answer_failed(tn_http_request_t *r, int status)
                      "Retry-After: 1\r\n");
     else if (status == TN_EDISKHIGH)
         tn__v1_error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
+    else if (status == TN_ENOTFOUND)
+        /* Held while the topic was being created, which was taken back
+         * (cluster/hold.h). */
+        tn__v1_error(r, 404, "topic not found", NULL);
     else if (status == TN_ECORRUPT)
         /* Sticky until restart: retrying here cannot help, so no Retry-After. */
         tn__v1_error(r, 500,

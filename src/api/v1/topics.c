@@ -402,6 +402,10 @@ typedef struct {
      * refusal (create_refused). */
     bool undo;
     int refused;
+    bool marked; /* create: its record carries this node's creation mark */
+#ifdef TN_TEST
+    uv_timer_t *hook; /* TERN_TEST_V1_CREATE_FAIL's delay (test_fail_after) */
+#endif
 } op_t;
 
 static void op_cancel(tn_http_request_t *r)
@@ -448,6 +452,7 @@ static bool op_start(tn_v1_t *v, tn_http_request_t *r, const tn_meta_cmd_t *c, t
     op->ttl_ms = c->topic.ttl_ms;
     op->partitions = c->topic.partitions;
     op->created_at_ms = c->topic.created_at_ms;
+    op->marked = c->type == TN_MC_TOPIC_PUT && c->if_absent && c->topic.creating != 0;
     op->mreq.data = op;
     r->data = op;
     r->on_cancel = op_cancel;
@@ -462,10 +467,28 @@ static bool op_start(tn_v1_t *v, tn_http_request_t *r, const tn_meta_cmd_t *c, t
 
 static void create_step(op_t *op);
 
-static void on_channel_recorded(tn_meta_req_t *req, int status)
+#define READY_LOST                                                                                 \
+    "topic made, but the control plane did not record it ready; publishes to it are refused "      \
+    "until this node restarts"
+
+/* The creation is made here and its record ready (or the mark could not
+ * be cleared: see on_channel_recorded): the answer. */
+static void on_ready_recorded(tn_meta_req_t *req, int status)
 {
-    (void)status; /* recorded, or the catalog was first: either way it is there */
     op_t *op = req->data;
+    if (status != 0 && status != TN_ENOTFOUND && status != TN_ECHANGED) {
+        /* Not committed (the metastore did not answer): the mark stays
+         * until this node's session is fenced (a restart): publishes to
+         * the topic are refused meanwhile (503, retry). */
+        TN_LOG(TN_LOG_ERROR,
+               "topic %s: made, but its record could not be marked ready: %s; publishes to it are "
+               "refused until this node restarts",
+               op->topic, tn_strerror(status));
+        op_end(op, tn__v1_meta_code(status), READY_LOST);
+        return;
+    }
+    /* Gone or made again meanwhile (TN_ENOTFOUND, TN_ECHANGED): the answer
+     * shows what is. */
     if (op->parent[0] != '\0') {
         /* The attach answers (201 with the attached child). */
         tn__v1_attach_created(op->v, op->r, op->parent, op->topic, op->delay_ms);
@@ -473,6 +496,29 @@ static void on_channel_recorded(tn_meta_req_t *req, int status)
         return;
     }
     op_end(op, 201, NULL);
+}
+
+/* Its part is made here (the topic and its default channel, recorded or
+ * not): the record's creation mark is cleared (TOPIC_READY, a
+ * compare-and-set on the creation time), and only then the answer, so
+ * that no node acknowledged a publish to a topic that could still be
+ * taken back (cluster/hold.h). */
+static void on_channel_recorded(tn_meta_req_t *req, int status)
+{
+    (void)status; /* recorded, or the catalog was first: either way it is there */
+    op_t *op = req->data;
+    if (!op->marked) {
+        on_ready_recorded(req, 0);
+        return;
+    }
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_READY;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", op->topic);
+    c.topic.created_at_ms = op->created_at_ms;
+    op->mreq.data = op;
+    if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_ready_recorded) != 0)
+        on_ready_recorded(&op->mreq, UV_ECANCELED);
 }
 
 static void on_delete_recorded(tn_meta_req_t *req, int status);
@@ -518,6 +564,14 @@ static void create_failed(op_t *op, int rc)
     const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
     if (e == NULL || e->rec.created_at_ms != op->created_at_ms || op->v->closing) {
         create_refused(op, false); /* not this creation's record any longer */
+        return;
+    }
+    if (op->marked && e->rec.creating != op->v->node_id) {
+        /* The mark went with this node's fenced session (meta/state.h):
+         * other nodes may have acknowledged publishes to the topic since,
+         * which a take-back would delete. It stays; the catalog makes it
+         * here when it can. */
+        create_refused(op, true);
         return;
     }
     tn_meta_cmd_t c;
@@ -581,8 +635,60 @@ static void create_step(op_t *op)
     snprintf(c.channel, sizeof(c.channel), "default");
     op->mreq.data = op;
     if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_channel_recorded) != 0)
-        op_end(op, 201, NULL);
+        on_channel_recorded(&op->mreq, UV_ECANCELED);
 }
+
+#ifdef TN_TEST
+/* TERN_TEST_V1_CREATE_FAIL=PREFIX=MS (ternd-test): a /v1 creation of a
+ * topic whose name starts with PREFIX fails (UV_EIO) MS ms after its
+ * record is committed, without making anything in the engine, as one
+ * that ran out of descriptors or disk there would: the window in which
+ * other nodes see the record while it is about to be taken back. */
+static int64_t test_fail_after(const char *topic)
+{
+    const char *spec = getenv("TERN_TEST_V1_CREATE_FAIL");
+    const char *eq = spec != NULL ? strchr(spec, '=') : NULL;
+    if (eq == NULL || strncmp(topic, spec, (size_t)(eq - spec)) != 0)
+        return -1;
+    return atoll(eq + 1);
+}
+
+static void on_hook_closed(uv_handle_t *h)
+{
+    tn_free(h);
+}
+
+static void on_hook_fired(uv_timer_t *t)
+{
+    op_t *op = t->data;
+    uv_close((uv_handle_t *)t, on_hook_closed);
+    op->hook = NULL;
+    create_failed(op, UV_EIO);
+}
+
+/* Whether the hook took op's creation over (it fails later). */
+static bool test_hook(op_t *op)
+{
+    int64_t ms = test_fail_after(op->topic);
+    if (ms < 0)
+        return false;
+    op->hook = tn_malloc(sizeof(*op->hook));
+    if (op->hook == NULL || uv_timer_init(op->v->loop, op->hook) != 0) {
+        tn_free(op->hook);
+        op->hook = NULL;
+        return false;
+    }
+    op->hook->data = op;
+    uv_timer_start(op->hook, on_hook_fired, (uint64_t)ms, 0);
+    return true;
+}
+#else
+static bool test_hook(op_t *op)
+{
+    (void)op;
+    return false;
+}
+#endif
 
 static void on_create_recorded(tn_meta_req_t *req, int status)
 {
@@ -608,6 +714,8 @@ static void on_create_recorded(tn_meta_req_t *req, int status)
         op_end(op, tn__v1_meta_code(status), tn__v1_meta_why(status));
         return;
     }
+    if (test_hook(op))
+        return;
     create_step(op);
 }
 
@@ -688,6 +796,9 @@ static void on_topic_create(tn_http_request_t *r, void *arg)
     c.if_absent = true;
     c.clamp = true; /* the factor asked: the metastore clamps it */
     c.topic.native = true;
+    /* Being created by this node until its part is made (on_channel_recorded):
+     * publishes to it wait meanwhile, everywhere (cluster/hold.h). */
+    c.topic.creating = v->node_id;
     /* The metastore decides a dead-letter name's owner again, on its own
      * state (this replica may not have the parent yet: meta/owner.h). */
     if (v->o.security && tn_meta_dlq_form(c.topic.name))

@@ -144,6 +144,7 @@ static void ffx_free(ffx_t *f)
     tn_consume_close(f->v.consume);
     tu_rpc_close(f->loop, f->rpc.owner);
     tn_broker_set_publisher(f->b, NULL, NULL); /* the engine outlives the router */
+    tn_broker_set_append_check(f->b, NULL, NULL);
     tn_router_free(f->router);
     tn__v1_grace_free(&f->v);
     tu_broker_close(f->loop, f->b);
@@ -711,6 +712,7 @@ static void test_local_settle_waits_for_the_log(void **state)
     assert_true(again.done);
     assert_int_equal(again.it.status, 410);
     tn_broker_set_publisher(f->b, NULL, NULL); /* the engine outlives the router */
+    tn_broker_set_append_check(f->b, NULL, NULL);
     tn_router_free(lone);
     ffx_free(f);
 }

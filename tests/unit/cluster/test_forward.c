@@ -391,6 +391,7 @@ static void test_router_forwards(void **state)
     assert_int_equal(st.forwarded, 1);
     tn_router_set_rpc(r, NULL, 2, true);
     tn_broker_set_publisher(f->acc_b, NULL, NULL); /* the engine outlives the router */
+    tn_broker_set_append_check(f->acc_b, NULL, NULL);
     tn_router_free(r);
     tn_pub_fini(&w.p);
     tn_pub_fini(&w1.p);

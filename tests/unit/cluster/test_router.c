@@ -12,16 +12,22 @@
  * The owner endpoint also answers PERRS (cluster/perrs.h) from a script:
  * a replicated topic's partitions get the errors it names beside their
  * numbers, and an owner that refuses PERRS as an earlier release does
- * (400) leaves them without errors and with their numbers. Every test
- * checks that uv_loop_close returns 0. */
+ * (400) leaves them without errors and with their numbers. And
+ * publishes to a topic being created (cluster/hold.h): held, nothing
+ * written, until the mark clears (a stale TOPIC_READY does not clear
+ * it), TN_ENOTFOUND once the record is taken back, TN_ECREATING after
+ * the bound, TN_ECLOSED as the router is freed. Every test checks that
+ * uv_loop_close returns 0. */
 #include "core/platform.h"
 
 #include "fixture_meta.h"
 #include "fixture_rpc.h"
 #include "testutil.h"
 
+#include "cluster/hold.h"
 #include "cluster/perrs.h"
 #include "cluster/pstats.h"
+#include "cluster/replerr.h"
 #include "cluster/router.h"
 #include "cluster/rpc.h"
 #include "cluster/wire.h"
@@ -139,6 +145,7 @@ static void rfx_free(rfx_t *f)
 {
     tu_srv_pair_close(&f->rpc, f->loop, f->srv);
     tn_broker_set_publisher(f->b, NULL, NULL); /* the engine outlives the router */
+    tn_broker_set_append_check(f->b, NULL, NULL);
     tn_router_free(f->router);
     tu_broker_close(f->loop, f->b);
     tu_meta_close(f->loop, f->m);
@@ -396,6 +403,157 @@ static void test_replica_errors(void **state)
     rfx_free(f);
 }
 
+/* --- publishes to a topic being created (cluster/hold.h) -------------------------------- */
+
+typedef struct {
+    tn_pub_t pub;
+    bool done;
+    int status;
+} held_pub_t;
+
+static void on_held_published(tn_pub_t *p, int status)
+{
+    held_pub_t *h = p->data;
+    h->done = true;
+    h->status = status;
+}
+
+static bool past(void *arg)
+{
+    return tn_now_mono_ms() >= *(const int64_t *)arg;
+}
+
+/* Run f's loop for ms. */
+static void run_for(rfx_t *f, int64_t ms)
+{
+    int64_t until = tn_now_mono_ms() + ms;
+    (void)tu_run_loop(f->loop, past, &until);
+}
+
+/* name's record, made at at by member 1 through /v1 (marked), and the
+ * engine's topic of it. */
+static void marked_topic(rfx_t *f, const char *name, int64_t at)
+{
+    tn_meta_cmd_t c = tu_meta_topic_cmd(name, 1);
+    c.topic.created_at_ms = at;
+    c.topic.creating = 1;
+    commit(f, &c);
+    (void)tu_broker_topic(f->loop, f->b, name, 1);
+}
+
+/* TOPIC_READY of name made at at: its answer. */
+static int topic_ready(rfx_t *f, const char *name, int64_t at)
+{
+    tn_meta_cmd_t c = tu_meta_ready_cmd(name, at);
+    return tu_meta_propose_wait(f->loop, f->m, &c);
+}
+
+/* Publish one message to name through the router: held (not answered
+ * within 300 ms). */
+static void publish_held(rfx_t *f, held_pub_t *h, const char *name)
+{
+    memset(h, 0, sizeof(*h));
+    assert_int_equal(tn_pub_init(&h->pub, 1), 0);
+    assert_int_equal(tn_pub_set(&h->pub, 0, "m", 1), 0);
+    h->pub.data = h;
+    assert_int_equal(
+        tn_router_publish(f->router, name, strlen(name), &h->pub, 0, on_held_published), 0);
+    run_for(f, 300);
+    assert_false(h->done);
+}
+
+static uint64_t next_offset(rfx_t *f, const char *name)
+{
+    tn_topic_t *t = NULL;
+    assert_int_equal(tn_broker_topic(f->b, name, strlen(name), false, 0, NULL, &t), 0);
+    tn_plog_stats_t st;
+    tn_plog_stats(tn_topic_part_plog(t, 0), &st);
+    return st.written_next;
+}
+
+/* Held while marked, nothing written; taken once the mark clears. The
+ * engine's own append check refuses a marked topic too. */
+static void test_held_until_ready(void **state)
+{
+    (void)state;
+    rfx_t *f = rfx_new();
+    marked_topic(f, "fresh", 1000);
+    tn_pub_t direct;
+    assert_int_equal(tn_pub_init(&direct, 1), 0);
+    assert_int_equal(tn_pub_set(&direct, 0, "m", 1), 0);
+    assert_int_equal(tn_broker_publish(f->b, "fresh", 5, &direct, 0, NULL), TN_ECREATING);
+    tn_pub_fini(&direct);
+    held_pub_t h;
+    publish_held(f, &h, "fresh");
+    assert_int_equal(next_offset(f, "fresh"), 0);
+    tn_router_stats_t st;
+    tn_router_stats(f->router, &st);
+    assert_int_equal(st.publishing, 1);
+    /* A stale READY (another creation's time) leaves it held. */
+    assert_int_equal(topic_ready(f, "fresh", 999), TN_ECHANGED);
+    run_for(f, 100);
+    assert_false(h.done);
+    assert_int_equal(topic_ready(f, "fresh", 1000), 0);
+    assert_true(tu_run_loop(f->loop, tu_is_true, &h.done));
+    assert_int_equal(h.status, 0);
+    assert_int_equal(next_offset(f, "fresh"), 1);
+    tn_router_stats(f->router, &st);
+    assert_int_equal(st.publishing, 0);
+    tn_pub_fini(&h.pub);
+    rfx_free(f);
+}
+
+/* Taken back while held: a publish that would not record the topic anew
+ * (not an NSQ door's) gets TN_ENOTFOUND. */
+static void test_held_then_taken_back(void **state)
+{
+    (void)state;
+    rfx_t *f = rfx_new();
+    marked_topic(f, "doomed", 1000);
+    held_pub_t h;
+    publish_held(f, &h, "doomed");
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_DELETE;
+    snprintf(c.topic.name, sizeof(c.topic.name), "doomed");
+    commit(f, &c);
+    assert_true(tu_run_loop(f->loop, tu_is_true, &h.done));
+    assert_int_equal(h.status, TN_ENOTFOUND);
+    assert_int_equal(next_offset(f, "doomed"), 0);
+    tn_pub_fini(&h.pub);
+    rfx_free(f);
+}
+
+/* Still marked after TN_ROUTER_CREATE_HOLD_MS: refused with the doors'
+ * retryable answer; and a publish held as the router is freed answers
+ * TN_ECLOSED. */
+static void test_held_too_long(void **state)
+{
+    (void)state;
+    rfx_t *f = rfx_new();
+    marked_topic(f, "slow", 1000);
+    held_pub_t h;
+    int64_t t0 = tn_now_mono_ms();
+    publish_held(f, &h, "slow");
+    assert_true(tu_run_loop(f->loop, tu_is_true, &h.done));
+    assert_int_equal(h.status, TN_ECREATING);
+    assert_true(tn_now_mono_ms() - t0 >= TN_ROUTER_CREATE_HOLD_MS);
+    assert_true(tn_replerr_retryable(TN_ECREATING));
+    assert_string_equal(tn_replerr_text(TN_ECREATING), "topic is being created; retry");
+    tn_pub_fini(&h.pub);
+    held_pub_t last;
+    publish_held(f, &last, "slow");
+    tn_broker_set_publisher(f->b, NULL, NULL);
+    tn_broker_set_append_check(f->b, NULL, NULL);
+    tn_router_free(f->router);
+    assert_true(last.done);
+    assert_int_equal(last.status, TN_ECLOSED);
+    tn_pub_fini(&last.pub);
+    assert_int_equal(tn_router_new(&(tn_router_opts_t){f->b, f->m, NULL, NULL, NULL}, &f->router),
+                     0);
+    rfx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -405,6 +563,9 @@ int main(void)
         cmocka_unit_test(test_owner_unreachable),
         cmocka_unit_test(test_local_reads),
         cmocka_unit_test(test_replica_errors),
+        cmocka_unit_test(test_held_until_ready),
+        cmocka_unit_test(test_held_then_taken_back),
+        cmocka_unit_test(test_held_too_long),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

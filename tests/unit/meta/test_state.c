@@ -410,16 +410,6 @@ static tn_meta_cmd_t marked_topic(const char *name, uint64_t member, int64_t at)
     return c;
 }
 
-static tn_meta_cmd_t ready_cmd(const char *name, int64_t at)
-{
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_TOPIC_READY;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
-    c.topic.created_at_ms = at;
-    return c;
-}
-
 static uint64_t mark_of(const tn_meta_state_t *s, const char *name)
 {
     const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, name);
@@ -461,7 +451,7 @@ static void test_creation_mark_codec(void **state)
     tn_buf_fini(&with);
     tn_buf_fini(&without);
     /* TOPIC_READY. */
-    c = ready_cmd("t", 1000);
+    c = tu_meta_ready_cmd("t", 1000);
     roundtrip(&c, &d);
     assert_int_equal(d.type, TN_MC_TOPIC_READY);
     assert_string_equal(d.topic.name, "t");
@@ -490,15 +480,15 @@ static void test_creation_mark_ready(void **state)
     u.expect = tn_meta_topic_fingerprint(&tn_meta_topic_find(&s, "t")->rec);
     u.topic.retention_ms = 3600000;
     /* A READY of another creation of the name is refused: the mark stays. */
-    assert_int_equal(apply(&s, ready_cmd("t", 999)), TN_ECHANGED);
+    assert_int_equal(apply(&s, tu_meta_ready_cmd("t", 999)), TN_ECHANGED);
     assert_true(mark_of(&s, "t") == 7);
-    assert_int_equal(apply(&s, ready_cmd("t", 1000)), 0);
+    assert_int_equal(apply(&s, tu_meta_ready_cmd("t", 1000)), 0);
     assert_true(mark_of(&s, "t") == 0);
     assert_int_equal(apply(&s, u), 0);
     /* Again (a copy sent twice): still 0, still ready. */
-    assert_int_equal(apply(&s, ready_cmd("t", 1000)), 0);
+    assert_int_equal(apply(&s, tu_meta_ready_cmd("t", 1000)), 0);
     assert_true(mark_of(&s, "t") == 0);
-    assert_int_equal(apply(&s, ready_cmd("gone", 1000)), TN_ENOTFOUND);
+    assert_int_equal(apply(&s, tu_meta_ready_cmd("gone", 1000)), TN_ENOTFOUND);
     /* Taken back, then made again by another creation: a stale READY
      * does not ready the new one. */
     tn_meta_cmd_t del;
@@ -506,9 +496,9 @@ static void test_creation_mark_ready(void **state)
     del.type = TN_MC_TOPIC_DELETE;
     snprintf(del.topic.name, sizeof(del.topic.name), "t");
     assert_int_equal(apply(&s, del), 0);
-    assert_int_equal(apply(&s, ready_cmd("t", 1000)), TN_ENOTFOUND);
+    assert_int_equal(apply(&s, tu_meta_ready_cmd("t", 1000)), TN_ENOTFOUND);
     assert_int_equal(apply(&s, marked_topic("t", 7, 2000)), 0);
-    assert_int_equal(apply(&s, ready_cmd("t", 1000)), TN_ECHANGED);
+    assert_int_equal(apply(&s, tu_meta_ready_cmd("t", 1000)), TN_ECHANGED);
     assert_true(mark_of(&s, "t") == 7);
     /* A snapshot keeps the mark. */
     tn_meta_state_t r;

@@ -1,0 +1,132 @@
+"""A publish through another node while a /v1 creation is taken back.
+
+Node 1 takes POST /v1/topics for "doomed"; its record commits, and then
+its making fails (TERN_TEST_V1_CREATE_FAIL: UV_EIO three seconds after
+the record, as a full disk or the descriptor limit would), so node 1
+takes the record back (a TOPIC_DELETE, then the purge) before its 500.
+Within those seconds every node sees the record. Node 2 gets an NSQ
+/pub to the topic and node 3 a /v1 produce.
+
+Before the creation mark both were answered OK at once (node 2's /pub
+from its own partition of the topic, node 3's produce into the ingress
+log) and their messages went with the topic: acknowledged, then lost.
+Now the record is marked as being created until its creator makes its
+part (TOPIC_READY), and every produce path holds publishes to a marked
+topic: the /pub waits for the outcome, then (the topic gone) records
+the topic anew as an NSQ publish does, and is answered OK with its
+message kept; the /v1 produce answers 404 (or 503 to retry), never an
+OK for a message that goes.
+
+And a creation that succeeds clears its mark before its 201: a produce
+through another node right after it is taken at once.
+
+Run: python3 tests/cluster/test_create_mark.py --ternd build/ternd-test
+"""
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import wait_until  # noqa: E402
+
+OCTET = {"Content-Type": "application/octet-stream"}
+FAIL_AFTER_MS = 3000
+
+
+def in_thread(fn):
+    """Run fn in a thread: a dict that gets its result, start and end."""
+    out = {"start": time.monotonic()}
+
+    def run():
+        try:
+            out["result"] = fn()
+        except Exception as e:  # noqa: BLE001 - reported by the caller
+            out["result"] = (None, repr(e))
+        out["end"] = time.monotonic()
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    out["thread"] = t
+    return out
+
+
+class CreateMark(harness.ClusterTest):
+    node_args = ["--default-replication-factor=1"]
+
+    def messages(self, node, topic):
+        """The messages node's GET /v1/topics/{topic} counts over its
+        partitions (None: no such topic, or a partition not answering)."""
+        st, body = node.request("GET", f"/v1/topics/{topic}")
+        if st != 200:
+            return None
+        if any("message_count" not in p for p in body["partition_stats"]):
+            return None
+        return sum(p["message_count"] for p in body["partition_stats"])
+
+    def test_a_publish_elsewhere_during_a_taken_back_creation_is_not_lost(self):
+        c = self.make(3, security=False)  # the NSQ door may publish to a /v1 topic
+        n1, n2, n3 = c.nodes
+        n1.start(env=dict(c.env(), TERN_TEST_V1_CREATE_FAIL=f"doomed={FAIL_AFTER_MS}"))
+        n2.start()
+        n3.start()
+        c.wait_ready()
+        c.wait_alive(3)
+
+        # A creation that succeeds: ready before its 201, so a produce
+        # through another node at once is taken at once.
+        st, body = n1.request("POST", "/v1/topics", {"name": "fine", "partitions": 3})
+        self.assertEqual(st, 201, body)
+        t0 = time.monotonic()
+        st, body = n2.request("POST", "/v1/topics/fine/produce", b"at once", headers=OCTET)
+        self.assertEqual(st, 202, body)
+        self.assertLess(time.monotonic() - t0, 2.0, "a produce to a ready topic was held")
+
+        create = in_thread(lambda: n1.request(
+            "POST", "/v1/topics", {"name": "doomed", "partitions": 3}, timeout=60))
+        for node in (n2, n3):
+            wait_until(f"node {node.id} sees the record", lambda n=node: n.request(
+                "GET", "/v1/topics/doomed")[0] == 200, 10)
+        seen = time.monotonic()
+        self.assertLess(seen - create["start"], FAIL_AFTER_MS / 1000 - 0.5,
+                        "the record reached the other nodes too late for the test")
+        pub = in_thread(lambda: n2.nsq_http("POST", "/pub?topic=doomed", b"nsq message",
+                                            timeout=60))
+        produce = in_thread(lambda: n3.request("POST", "/v1/topics/doomed/produce",
+                                               b"v1 message", headers=OCTET, timeout=60))
+        for t in (create, pub, produce):
+            t["thread"].join(60)
+        fail_at = create["start"] + FAIL_AFTER_MS / 1000
+        cst, cbody = create["result"]
+        self.assertEqual(cst, 500, cbody)
+        self.assertIn("create failed", cbody["error"], cbody)
+        pst, pbody = pub["result"]
+        vst, vbody = produce["result"]
+        sys.stderr.write(f"[create_mark] create {cst} after {create['end'] - create['start']:.2f}s; "
+                         f"/pub on node 2: {pst} {pbody!r} after {pub['end'] - pub['start']:.2f}s "
+                         f"(the failure {fail_at - pub['start']:.2f}s after it was sent); "
+                         f"/v1 produce on node 3: {vst} {vbody!r} after "
+                         f"{produce['end'] - produce['start']:.2f}s\n")
+        acked = (1 if pst == 200 else 0) + (1 if vst == 202 else 0)
+        # Whatever was answered OK is kept: the NSQ publish re-created the
+        # topic once the record was taken back.
+        if acked > 0:
+            def kept():
+                counts = [self.messages(node, "doomed") for node in c.nodes]
+                return counts if all(n is not None and n >= acked for n in counts) else None
+            try:
+                wait_until("the acknowledged messages kept", kept, 15)
+            except AssertionError:
+                self.fail(f"{acked} acknowledged message(s) lost: /pub {pst} {pbody!r}, "
+                          f"/v1 produce {vst} {vbody!r}; topic now: "
+                          f"{[n.request('GET', '/v1/topics/doomed')[:1] for n in c.nodes]}")
+        # Neither was answered OK before the creation's outcome.
+        if pst == 200:
+            self.assertGreater(pub["end"], fail_at - 0.2, "the /pub was answered OK before the "
+                               "creation's outcome")
+        self.assertIn(vst, (404, 503), vbody)
+        self.assertEqual(pst, 200, pbody)
+
+
+if __name__ == "__main__":
+    harness.main()
