@@ -29,7 +29,6 @@ struct tn_hold_s {
     tn_hold_cb cb;
     void *arg;
     held_t *head;
-    uint32_t count;   /* on the list: not answered yet */
     uint32_t closing; /* timers of answered ones not closed yet */
     bool freeing;     /* tn_hold_free ran: freed with the last close */
 };
@@ -87,7 +86,6 @@ static void end(held_t *x, int status)
         h->head = x->next;
     if (x->next != NULL)
         x->next->prev = x->prev;
-    h->count--;
     h->closing++;
     uv_timer_stop(&x->timer);
     uv_close((uv_handle_t *)&x->timer, on_closed);
@@ -153,14 +151,8 @@ int tn_hold_publish(tn_hold_t *h, const char *topic, size_t len, tn_pub_t *p, in
     if (h->head != NULL)
         h->head->prev = x;
     h->head = x;
-    h->count++;
     uv_timer_start(&x->timer, on_tick, TN_HOLD_POLL_MS, TN_HOLD_POLL_MS);
     return 0;
-}
-
-uint32_t tn_hold_count(const tn_hold_t *h)
-{
-    return h != NULL ? h->count : 0;
 }
 
 void tn_hold_free(tn_hold_t *h)

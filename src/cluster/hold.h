@@ -60,7 +60,5 @@ bool tn_hold_marked(const tn_hold_t *h, const char *topic, size_t len, int64_t *
  * memory), cb never runs. */
 int tn_hold_publish(tn_hold_t *h, const char *topic, size_t len, tn_pub_t *p, int64_t deliver_at_ms,
                     int64_t created_at_ms);
-/* Publishes held now. */
-uint32_t tn_hold_count(const tn_hold_t *h);
 
 #endif
