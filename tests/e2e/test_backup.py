@@ -325,6 +325,70 @@ class BackupTest(unittest.TestCase):
         self.assertIn(seg["path"], r.stderr)
         self.assertFalse(os.path.exists(bad))
 
+    def test_hostile_backup_files_refused(self):
+        # A backup's files are read by restore as they are found: damaged,
+        # cut short or replaced by anything. Each is refused with a message
+        # and exit 1, before the target is made. Before, a backup.json or
+        # manifest.json nested deep (JSON of a million levels) killed
+        # ternctl with SIGSEGV (yajl_tree_free recursed once per level).
+        st, body = call(self.port, "POST", "/topic/create?topic=hostile")
+        self.assertEqual(st, 200, body)
+        st, body = call(self.port, "POST", "/pub?topic=hostile", body=b"one")
+        self.assertEqual(st, 200, body)
+        good = os.path.join(self.dir, "hostile-good")
+        r = ternctl("backup", good, port=self.port)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(good, "1", "manifest.json"), "rb") as f:
+            man = f.read()
+        deep = 3_000_000
+
+        def put(rel, b):
+            def spoil(d):
+                with open(os.path.join(d, rel), "wb") as f:
+                    f.write(b)
+            return spoil
+
+        def set_json(b):
+            return put("backup.json", b)
+
+        def man_json(b):
+            return put(os.path.join("1", "manifest.json"), b)
+
+        def cut_segment(d):
+            seg = next(x for x in json.loads(man)["files"] if x["path"].endswith(".log")
+                       and x["length"] > 0)
+            os.truncate(os.path.join(d, "1", "data", seg["path"]), seg["length"] - 1)
+
+        cases = [
+            # backup.json is read up to 1 MiB: half a million levels.
+            ("backup.json nested deep", set_json(b"[" * 500_000 + b"]" * 500_000),
+             "is not a backup set"),
+            ("backup.json cut short", set_json(b'{"format":"tern-backup-set 1","nod'),
+             "is not a backup set"),
+            ("manifest nested deep", man_json(b"[" * deep + b"]" * deep), "nested deeper"),
+            ("manifest nested deep in an object",
+             man_json(b'{"format":"tern-backup 1","files":' + b"[" * deep + b"]" * deep + b"}"),
+             "nested deeper"),
+            ("manifest cut short", man_json(man[:len(man) // 2]), "not JSON"),
+            ("manifest escaping the data directory",
+             man_json(man.replace(b'"path":"FORMAT"', b'"path":"../FORMAT"')),
+             "is not a data directory file"),
+            ("a segment cut short", cut_segment, "damaged"),
+        ]
+        for name, spoil, want in cases:
+            with self.subTest(name):
+                bdir = os.path.join(self.dir, "hostile-bad")
+                shutil.rmtree(bdir, ignore_errors=True)
+                shutil.copytree(good, bdir)
+                spoil(bdir)
+                target = os.path.join(self.dir, "hostile-target")
+                r = ternctl("restore", bdir, "--data-path", target, user=None)
+                print(f"\n  {name}: exit {r.returncode}, {r.stderr.strip()[:160]}",
+                      file=sys.stderr)
+                self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+                self.assertIn(want, r.stderr)
+                self.assertFalse(os.path.exists(target))
+
     def test_session_routes(self):
         port = self.port
         st, body = call(port, "POST", "/v1/backup")

@@ -670,7 +670,7 @@ static int load_set(const char *dir, bool have_node, uint64_t *id, uint64_t *met
     int e = read_file(p, 1 << 20, &body, &len);
     if (e != 0)
         return say("restore", "%s: %s (is %s a complete backup?)", p, tn_strerror(e), dir);
-    yajl_val v = yajl_tree_parse(body, NULL, 0);
+    yajl_val v = tn_ctl_tree(body);
     tn_free(body);
     yajl_val f = v != NULL ? tn_ctl_get(v, "format") : NULL;
     yajl_val from = v != NULL ? tn_ctl_get(v, "metastore_from") : NULL;

@@ -35,6 +35,7 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "proto/http/client.h"
+#include "proto/http/json.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -527,7 +528,7 @@ static void server_message(const tn_ctl_resp_t *r, char *out, size_t cap)
     out[0] = '\0';
     if (r->body == NULL || r->len == 0)
         return;
-    yajl_val v = yajl_tree_parse(r->body, NULL, 0);
+    yajl_val v = tn_ctl_tree(r->body);
     const char *m = NULL;
     if (v != NULL) {
         m = tn_ctl_get_str(v, "error");
@@ -577,9 +578,15 @@ int tn_ctl_usage(const char *cmd, const char *fmt, ...)
     return TN_CTL_USAGE;
 }
 
+yajl_val tn_ctl_tree(const char *text)
+{
+    return text != NULL && tn_json_valid(text, strlen(text)) ? yajl_tree_parse(text, NULL, 0)
+                                                             : NULL;
+}
+
 yajl_val tn_ctl_parse(const tn_ctl_resp_t *r, const char *what)
 {
-    yajl_val v = r->body != NULL ? yajl_tree_parse(r->body, NULL, 0) : NULL;
+    yajl_val v = tn_ctl_tree(r->body);
     if (v == NULL)
         fprintf(stderr, "ternctl: %s: the server's answer (%d) is not JSON\n", what, r->status);
     return v;

@@ -86,6 +86,13 @@ int tn_ctl_usage(const char *cmd, const char *fmt, ...) TN_PRINTF(2, 3);
 /* The request bound (--timeout) in milliseconds. */
 int tn_ctl_timeout_ms(const tn_ctl_t *c);
 
+/* Parse text (NUL-terminated) as JSON: a tree the caller frees with
+ * yajl_tree_free, or NULL when it is not one JSON value or is nested
+ * deeper than TN_JSON_MAX_DEPTH (yajl_tree_free recurses once per level:
+ * a file or answer nested a million deep overflowed the stack). Every
+ * yajl tree ternctl builds goes through it. */
+yajl_val tn_ctl_tree(const char *text);
+
 /* Parse a response body as JSON: a tree the caller frees with
  * yajl_tree_free, or NULL (and "ternctl: <what>: the server's answer is not
  * JSON" printed). */

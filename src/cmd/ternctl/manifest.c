@@ -10,6 +10,7 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "proto/http/json.h"
 #include "storage/io.h"
 
 #include <ctype.h>
@@ -96,6 +97,16 @@ int tn_manifest_parse(const char *buf, size_t len, tn_manifest_t *m, char *err, 
         return fail(err, errlen, "larger than 256 MiB");
     if (memchr(buf, '\0', len) != NULL)
         return fail(err, errlen, "holds a NUL byte");
+    /* yajl's tree is freed by a recursion per level of nesting: a
+     * document nested a million deep overflowed the stack (SIGSEGV). One
+     * pass that allocates nothing refuses it first (and anything else
+     * that is not one JSON value, as yajl's parse below would). */
+    if (!tn_json_valid(buf, len)) {
+        char what[80];
+        snprintf(what, sizeof(what), "not JSON, or nested deeper than %d levels",
+                 TN_JSON_MAX_DEPTH);
+        return fail(err, errlen, what);
+    }
     char *text = tn_malloc(len + 1);
     if (text == NULL)
         return UV_ENOMEM;

@@ -30,7 +30,7 @@ static void json_part(tn_buf_t *b, const char *name, const part_t *p, bool with_
         tn_buf_append(b, "null", 4);
         return;
     }
-    yajl_val v = p->r.body ? yajl_tree_parse(p->r.body, NULL, 0) : NULL;
+    yajl_val v = tn_ctl_tree(p->r.body);
     char num[32];
     if (with_status) {
         int n = snprintf(num, sizeof(num), "{\"http_status\":%d,\"body\":", p->r.status);
@@ -53,7 +53,7 @@ static const char *state_of(const part_t *p, char *buf, size_t cap)
 {
     if (!p->reached)
         return "unreachable";
-    yajl_val v = p->r.body ? yajl_tree_parse(p->r.body, NULL, 0) : NULL;
+    yajl_val v = tn_ctl_tree(p->r.body);
     const char *s = tn_ctl_get_str(v, "status");
     if (s == NULL)
         s = tn_ctl_get_str(v, "error");

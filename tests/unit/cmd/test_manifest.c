@@ -342,6 +342,39 @@ static void test_remove_dir_follows_no_link(void **state)
     rmdir(root);
 }
 
+/* A manifest nested a million deep (hostile, or any file put in its
+ * place): refused with a message. Before, yajl built the tree and its
+ * yajl_tree_free recursed once per level: ternctl restore died of a
+ * stack overflow (SIGSEGV) instead of naming the file. */
+static void test_refuses_deep_nesting(void **state)
+{
+    (void)state;
+    size_t depth = 1000000;
+    char *doc = malloc(2 * depth + 1);
+    assert_non_null(doc);
+    memset(doc, '[', depth);
+    memset(doc + depth, ']', depth);
+    doc[2 * depth] = '\0';
+    tn_manifest_t m;
+    char err[300];
+    int rc = parse(doc, &m, err, sizeof(err));
+    printf("a manifest nested %zu deep: %s (%s)\n", depth, tn_err_name(rc), err);
+    assert_int_equal(rc, UV_EINVAL);
+    assert_non_null(strstr(err, "nested deeper"));
+    tn_manifest_fini(&m);
+    /* An object in an array in an object... too. */
+    size_t n = 0;
+    for (size_t i = 0; i < depth / 8; i++)
+        n += (size_t)sprintf(doc + n, "{\"a\":[");
+    for (size_t i = 0; i < depth / 8; i++)
+        n += (size_t)sprintf(doc + n, "]}");
+    assert_true(n <= 2 * depth);
+    assert_int_equal(parse(doc, &m, err, sizeof(err)), UV_EINVAL);
+    assert_non_null(strstr(err, "nested deeper"));
+    tn_manifest_fini(&m);
+    free(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -352,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_channel_check_says_what_does_not_pair),
         cmocka_unit_test(test_channel_check_many_files),
         cmocka_unit_test(test_remove_dir_follows_no_link),
+        cmocka_unit_test(test_refuses_deep_nesting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
