@@ -359,6 +359,12 @@ class BackupTest(unittest.TestCase):
                        and x["length"] > 0)
             os.truncate(os.path.join(d, "1", "data", seg["path"]), seg["length"] - 1)
 
+        def flip_snapshot(d):
+            with open(os.path.join(d, "1", "metastore.snapshot"), "r+b") as f:
+                b = f.read()
+                f.seek(len(b) // 2)
+                f.write(bytes([b[len(b) // 2] ^ 0x01]))
+
         cases = [
             # backup.json is read up to 1 MiB: half a million levels.
             ("backup.json nested deep", set_json(b"[" * 500_000 + b"]" * 500_000),
@@ -374,20 +380,34 @@ class BackupTest(unittest.TestCase):
              man_json(man.replace(b'"path":"FORMAT"', b'"path":"../FORMAT"')),
              "is not a data directory file"),
             ("a segment cut short", cut_segment, "damaged"),
+            # --rejoin stamps the topics from the node's own snapshot: it
+            # is checked before anything is written too. Before, the
+            # files were written and the restore then failed, leaving
+            # the target half made.
+            ("the node's snapshot flipped (--rejoin)", flip_snapshot, "damaged", "--rejoin"),
         ]
-        for name, spoil, want in cases:
+        for name, spoil, want, *extra in cases:
             with self.subTest(name):
                 bdir = os.path.join(self.dir, "hostile-bad")
                 shutil.rmtree(bdir, ignore_errors=True)
                 shutil.copytree(good, bdir)
                 spoil(bdir)
                 target = os.path.join(self.dir, "hostile-target")
-                r = ternctl("restore", bdir, "--data-path", target, user=None)
+                r = ternctl("restore", bdir, "--data-path", target, *extra, user=None)
                 print(f"\n  {name}: exit {r.returncode}, {r.stderr.strip()[:160]}",
                       file=sys.stderr)
                 self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
                 self.assertIn(want, r.stderr)
                 self.assertFalse(os.path.exists(target))
+        # The good copy restores, with --rejoin too (its topic stamped).
+        for extra in ([], ["--rejoin"]):
+            target = os.path.join(self.dir, "hostile-target")
+            shutil.rmtree(target, ignore_errors=True)
+            r = ternctl("restore", good, "--data-path", target, *extra, user=None)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(os.path.exists(os.path.join(target, "topics", "hostile", "stamp")),
+                             bool(extra))
+        shutil.rmtree(target, ignore_errors=True)
 
     def test_session_routes(self):
         port = self.port

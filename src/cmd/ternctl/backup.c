@@ -1161,6 +1161,29 @@ static int stamp_channels(const tn_meta_state_t *s, const tn_manifest_t *m, bool
     return TN_CTL_OK;
 }
 
+/* The node's own metastore snapshot in the backup (dir/id), checked
+ * against its manifest m and decoded into s (the caller's, initialised;
+ * the caller finis it): the source of --rejoin's stamps (stamp_restored). */
+static int own_snapshot(const char *dir, uint64_t id, const tn_manifest_t *m, tn_meta_state_t *s)
+{
+    char p[PATH_LEN];
+    pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, id);
+    char *snap = NULL;
+    size_t len = 0;
+    int e = read_file(p, TN_MANIFEST_MAX_BYTES, &snap, &len);
+    if (e != 0)
+        return say("restore", "%s: %s", p, tn_strerror(e));
+    if (len != m->meta_len || tn_crc32c(0, snap, len) != m->meta_crc) {
+        tn_free(snap);
+        return say("restore", "%s is damaged: its length or CRC32C is not the manifest's", p);
+    }
+    e = tn_meta_state_restore(s, snap, len);
+    tn_free(snap);
+    if (e != 0)
+        return say("restore", "%s: not a metastore snapshot: %s", p, tn_strerror(e));
+    return TN_CTL_OK;
+}
+
 /* With --rejoin: each restored topic directory keeps the stamp
  * (storage-format.md, "Topic stamp") the backup copied beside its files
  * (api/backup.c take_topic_stamp), written with them: it names the record
@@ -1178,31 +1201,12 @@ static int stamp_channels(const tn_meta_state_t *s, const tn_manifest_t *m, bool
  * stamped from the same snapshot (stamp_channels), so a channel deleted
  * and made again since is told apart the same way. *nstamped: how many
  * were written. */
-static int stamp_restored(const char *dir, uint64_t id, const tn_manifest_t *m, const char *data,
+static int stamp_restored(const tn_meta_state_t *s, const tn_manifest_t *m, const char *data,
                           size_t *nstamped)
 {
-    char p[PATH_LEN];
-    pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, id);
-    char *snap = NULL;
-    size_t len = 0;
-    int e = read_file(p, TN_MANIFEST_MAX_BYTES, &snap, &len);
-    if (e != 0)
-        return say("restore", "%s: %s", p, tn_strerror(e));
-    if (len != m->meta_len || tn_crc32c(0, snap, len) != m->meta_crc) {
-        tn_free(snap);
-        return say("restore", "%s is damaged: its length or CRC32C is not the manifest's", p);
-    }
-    tn_meta_state_t s;
-    tn_meta_state_init(&s);
-    e = tn_meta_state_restore(&s, snap, len);
-    tn_free(snap);
-    if (e != 0) {
-        tn_meta_state_fini(&s);
-        return say("restore", "%s: not a metastore snapshot: %s", p, tn_strerror(e));
-    }
     int rc = TN_CTL_OK;
-    for (size_t i = 0; i < s.ntopics && rc == TN_CTL_OK; i++) {
-        const tn_meta_topic_t *t = &s.topics[i]->rec;
+    for (size_t i = 0; i < s->ntopics && rc == TN_CTL_OK; i++) {
+        const tn_meta_topic_t *t = &s->topics[i]->rec;
         char tdir[PATH_LEN], sp[PATH_LEN];
         struct stat st;
         pathf(tdir, sizeof(tdir), "%s/topics/%s", data, t->name);
@@ -1211,14 +1215,14 @@ static int stamp_restored(const char *dir, uint64_t id, const tn_manifest_t *m, 
             continue; /* no files of it in this node's backup */
         if (tn_manifest_find(m, sp) != NULL)
             continue; /* carried, written with the files */
-        if ((e = tn_store_stamp_write_dir(tdir, t->created_at_ms)) != 0)
+        int e = tn_store_stamp_write_dir(tdir, t->created_at_ms);
+        if (e != 0)
             rc = say("restore", "%s/%s: %s", tdir, TN_STORE_STAMP_FILE, tn_strerror(e));
         else
             (*nstamped)++;
     }
     if (rc == TN_CTL_OK)
-        rc = stamp_channels(&s, m, true, data, nstamped);
-    tn_meta_state_fini(&s);
+        rc = stamp_channels(s, m, true, data, nstamped);
     return rc;
 }
 
@@ -1266,6 +1270,8 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
     memset(&mm, 0, sizeof(mm));
     whole_t w;
     memset(&w, 0, sizeof(w));
+    tn_meta_state_t own; /* --rejoin: the node's own snapshot, its stamps' source */
+    tn_meta_state_init(&own);
     w.dir = dir;
     w.set = &set;
     tn_buf_init(&w.text);
@@ -1286,6 +1292,12 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
     char p[PATH_LEN], q[PATH_LEN];
     pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, meta_from);
     if (!rejoin && (rc = check_file(p, mm.meta_len, mm.meta_crc, buf)) != TN_CTL_OK)
+        goto out;
+    /* --rejoin stamps the topics and channels from the node's own
+     * snapshot (stamp_restored): checked and decoded before a byte is
+     * written too. Before, a damaged one was found after the files were
+     * written, and the target was left half made. */
+    if (rejoin && (rc = own_snapshot(dir, id, &m, &own)) != TN_CTL_OK)
         goto out;
     for (size_t i = 0; i < m.nfiles; i++) {
         if (strcmp(m.files[i].path, TN_META_INCARNATION_FILE) == 0)
@@ -1361,7 +1373,7 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
     }
     if (rejoin) {
         size_t nstamped = 0;
-        if ((rc = stamp_restored(dir, id, &m, data, &nstamped)) != TN_CTL_OK)
+        if ((rc = stamp_restored(&own, &m, data, &nstamped)) != TN_CTL_OK)
             goto out;
         if ((e = fsync_dir(data)) != 0) {
             rc = say("restore", "fsync %s: %s", data, tn_strerror(e));
@@ -1448,6 +1460,7 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
     }
     rc = TN_CTL_OK;
 out:
+    tn_meta_state_fini(&own);
     for (size_t i = 0; w.mans != NULL && i < set.n; i++)
         tn_manifest_fini(&w.mans[i]);
     tn_free(w.mans);
