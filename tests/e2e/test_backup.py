@@ -368,9 +368,9 @@ class BackupTest(unittest.TestCase):
         cases = [
             # backup.json is read up to 1 MiB: half a million levels.
             ("backup.json nested deep", set_json(b"[" * 500_000 + b"]" * 500_000),
-             "is not a backup set"),
+             "not a backup set this build reads"),
             ("backup.json cut short", set_json(b'{"format":"tern-backup-set 1","nod'),
-             "is not a backup set"),
+             "not a backup set this build reads"),
             ("manifest nested deep", man_json(b"[" * deep + b"]" * deep), "nested deeper"),
             ("manifest nested deep in an object",
              man_json(b'{"format":"tern-backup 1","files":' + b"[" * deep + b"]" * deep + b"}"),

@@ -621,6 +621,11 @@ def backup_manifest_seeds(here):
     # A partition isolated for damage, copied whole (api/backup.c take_whole).
     whole = ["FORMAT", "topics/t/0/%s" % seg, "topics/t/0/00000000000000000100.log",
              "topics/t/0/00000000000000000100.idx", "topics/t/0/00000000000000000200.log"]
+    # The same target decodes backup.json (tn_manifest_set_parse).
+    write(bm, "seed-set", b'{"format":"tern-backup-set 1","id":"0123456789abcdef0123456789abcdef",'
+                          b'"metastore_from":2,"nodes":[1,2,3]}\n')
+    write(bm, "seed-set-old", b'{"format":"tern-backup-set 1","metastore_from":1,"nodes":[1]}')
+    write(bm, "seed-nested", b"[" * 600 + b"]" * 600)
     write(bm, "seed-isolated", manifest(whole, '{"topic":"t","partition":0,"error":"partition '
                                                 't/0: segment /d/t/0/00000000000000000100.log: '
                                                 'bad record at byte 9 in a sealed segment"}'))

@@ -89,8 +89,8 @@
 
 #define PATH_LEN   4096
 #define COPY_BUF   (1024 * 1024)
-#define MAX_NODES  64
-#define TOP_FORMAT "tern-backup-set 1"
+#define MAX_NODES  TN_MANIFEST_SET_MAX_NODES
+#define TOP_FORMAT TN_MANIFEST_SET_FORMAT
 
 /* A string value, after YAJL_IS_STRING said it is one. */
 #define SV(v) ((const char *)(v)->u.string)
@@ -651,90 +651,37 @@ static int load_manifest(const char *dir, uint64_t id, tn_manifest_t *m)
     return TN_CTL_OK;
 }
 
-/* What backup.json says besides the metastore source. */
-typedef struct {
-    uint64_t ids[MAX_NODES]; /* every member copied */
-    size_t n;
-    char id[65]; /* the set's id; "" in a set made before sets had one */
-} set_t;
-
-/* The set's description: the node to restore (*id, from --node or the only
- * one), the metastore source and the members. */
-static int load_set(const char *dir, bool have_node, uint64_t *id, uint64_t *meta_from, set_t *set)
+/* The set's description (backup.json, tn_manifest_set_parse) into set,
+ * and the node to restore (*id, from --node or the only one). */
+static int load_set(const char *dir, bool have_node, uint64_t *id, tn_manifest_set_t *set)
 {
     memset(set, 0, sizeof(*set));
     char p[PATH_LEN];
     pathf(p, sizeof(p), "%s/backup.json", dir);
     char *body = NULL;
     size_t len = 0;
-    int e = read_file(p, 1 << 20, &body, &len);
+    int e = read_file(p, TN_MANIFEST_SET_MAX_BYTES, &body, &len);
     if (e != 0)
         return say("restore", "%s: %s (is %s a complete backup?)", p, tn_strerror(e), dir);
-    yajl_val v = tn_ctl_tree(body);
+    char err[200];
+    e = tn_manifest_set_parse(body, len, set, err, sizeof(err));
     tn_free(body);
-    yajl_val f = v != NULL ? tn_ctl_get(v, "format") : NULL;
-    yajl_val from = v != NULL ? tn_ctl_get(v, "metastore_from") : NULL;
-    yajl_val nodes = v != NULL ? tn_ctl_get(v, "nodes") : NULL;
-    int rc = TN_CTL_OK;
-    if (f == NULL || !YAJL_IS_STRING(f) || strcmp(SV(f), TOP_FORMAT) != 0 || from == NULL ||
-        !YAJL_IS_INTEGER(from) || YAJL_GET_INTEGER(from) <= 0 || nodes == NULL ||
-        !YAJL_IS_ARRAY(nodes) || nodes->u.array.len == 0) {
-        rc = say("restore", "%s is not a backup set this build reads", p);
-        goto out;
-    }
-    *meta_from = (uint64_t)YAJL_GET_INTEGER(from);
-    if (nodes->u.array.len > MAX_NODES) {
-        rc = say("restore", "%s names more than %d nodes", p, MAX_NODES);
-        goto out;
-    }
-    yajl_val bid = tn_ctl_get(v, "id");
-    if (bid != NULL) {
-        size_t bl = YAJL_IS_STRING(bid) ? strlen(SV(bid)) : 0;
-        bool hex = bl >= 16 && bl < sizeof(set->id);
-        for (size_t i = 0; hex && i < bl; i++)
-            hex = strchr("0123456789abcdef", SV(bid)[i]) != NULL;
-        if (!hex) {
-            rc = say("restore", "%s: its id is not 16 to 64 lowercase hex digits", p);
-            goto out;
-        }
-        memcpy(set->id, SV(bid), bl + 1);
-    }
-    bool found = false, from_in = false;
-    for (size_t i = 0; i < nodes->u.array.len; i++) {
-        yajl_val x = nodes->u.array.values[i];
-        if (!YAJL_IS_INTEGER(x) || YAJL_GET_INTEGER(x) <= 0) {
-            rc = say("restore", "%s: a node id that is not a positive integer", p);
-            goto out;
-        }
-        uint64_t nid = (uint64_t)YAJL_GET_INTEGER(x);
-        for (size_t k = 0; k < set->n; k++)
-            if (set->ids[k] == nid) {
-                rc = say("restore", "%s names node %" PRIu64 " twice", p, nid);
-                goto out;
-            }
-        set->ids[set->n++] = nid;
-        found = found || (have_node && nid == *id);
-        from_in = from_in || nid == *meta_from;
-    }
-    if (!from_in) {
-        rc = say("restore", "%s: metastore_from is not one of its nodes", p);
-        goto out;
-    }
+    if (e == UV_ENOMEM)
+        return say("restore", "out of memory");
+    if (e != 0)
+        return say("restore", "%s: %s", p, err);
     if (!have_node) {
-        if (nodes->u.array.len != 1) {
-            rc = say("restore",
-                     "%s holds %zu nodes: say which one this data directory is with --node ID", dir,
-                     nodes->u.array.len);
-            goto out;
-        }
-        *id = (uint64_t)YAJL_GET_INTEGER(nodes->u.array.values[0]);
-    } else if (!found) {
-        rc = say("restore", "node %" PRIu64 " is not in the backup %s", *id, dir);
+        if (set->n != 1)
+            return say("restore",
+                       "%s holds %zu nodes: say which one this data directory is with --node ID",
+                       dir, set->n);
+        *id = set->ids[0];
+        return TN_CTL_OK;
     }
-out:
-    if (v != NULL)
-        yajl_tree_free(v);
-    return rc;
+    for (size_t i = 0; i < set->n; i++)
+        if (set->ids[i] == *id)
+            return TN_CTL_OK;
+    return say("restore", "node %" PRIu64 " is not in the backup %s", *id, dir);
 }
 
 static int check_file(const char *path, uint64_t len, uint32_t crc, unsigned char *buf)
@@ -805,7 +752,7 @@ static int copy_in(const char *src, const char *final, uint64_t len, uint32_t cr
 
 typedef struct {
     const char *dir;
-    const set_t *set;
+    const tn_manifest_set_t *set;
     tn_manifest_t *mans; /* mans[i]: set->ids[i]'s */
     tn_plog_probe_t probes[TN_PSTATE_MAX_REPLICAS];
     bool probed[TN_PSTATE_MAX_REPLICAS];
@@ -980,9 +927,9 @@ static void on_told(void *arg, const char *topic, uint32_t p, const tn_pstate_t 
 /* Every member's manifest and files checked, then the snapshot of
  * metastore_from rewritten for the whole cluster (meta/restore.h) into
  * *out. Nothing is written. */
-static int whole_cluster(whole_t *w, const char *dir, const set_t *set, uint64_t meta_from,
-                         const tn_manifest_t *mm, const char *bid, tn_buf_t *out,
-                         unsigned char *buf)
+static int whole_cluster(whole_t *w, const char *dir, const tn_manifest_set_t *set,
+                         uint64_t meta_from, const tn_manifest_t *mm, const char *bid,
+                         tn_buf_t *out, unsigned char *buf)
 {
     int rc = TN_CTL_OK;
     for (size_t i = 0; i < set->n && rc == TN_CTL_OK; i++) {
@@ -1260,11 +1207,11 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
     if (data == NULL || data[0] == '\0')
         return tn_ctl_usage("restore", "--data-path D (the data directory to make) is required");
     const char *dir = argv[optind];
-    uint64_t meta_from = 0;
-    set_t set;
-    int rc = load_set(dir, have_node, &id, &meta_from, &set);
+    tn_manifest_set_t set;
+    int rc = load_set(dir, have_node, &id, &set);
     if (rc != TN_CTL_OK)
         return rc;
+    uint64_t meta_from = set.meta_from;
     tn_manifest_t m, mm;
     memset(&m, 0, sizeof(m));
     memset(&mm, 0, sizeof(mm));

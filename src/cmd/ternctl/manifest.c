@@ -298,6 +298,80 @@ out:
     return rc;
 }
 
+int tn_manifest_set_parse(const char *buf, size_t len, tn_manifest_set_t *set, char *err,
+                          size_t errlen)
+{
+    memset(set, 0, sizeof(*set));
+    /* As for a manifest: one pass refuses deep nesting before yajl's
+     * tree, whose free recurses once per level. */
+    if (len > TN_MANIFEST_SET_MAX_BYTES || memchr(buf, '\0', len) != NULL ||
+        !tn_json_valid(buf, len)) {
+        tn_errbuf(err, errlen,
+                  "not a backup set this build reads (not JSON, or nested "
+                  "deeper than %d levels)",
+                  TN_JSON_MAX_DEPTH);
+        return UV_EINVAL;
+    }
+    char *text = tn_malloc(len + 1);
+    if (text == NULL)
+        return UV_ENOMEM;
+    memcpy(text, buf, len);
+    text[len] = '\0';
+    yajl_val v = yajl_tree_parse(text, NULL, 0);
+    tn_free(text);
+    yajl_val f = field(v, "format"), nodes = field(v, "nodes"), bid = field(v, "id");
+    uint64_t from = 0;
+    int rc = UV_EINVAL;
+    if (f == NULL || !YAJL_IS_STRING(f) || strcmp(SV(f), TN_MANIFEST_SET_FORMAT) != 0 ||
+        !uint_field(v, "metastore_from", INT64_MAX, &from) || from == 0 || nodes == NULL ||
+        !YAJL_IS_ARRAY(nodes) || nodes->u.array.len == 0) {
+        tn_errbuf(err, errlen, "not a backup set this build reads");
+        goto out;
+    }
+    set->meta_from = from;
+    if (nodes->u.array.len > TN_MANIFEST_SET_MAX_NODES) {
+        tn_errbuf(err, errlen, "it names more than %d nodes", TN_MANIFEST_SET_MAX_NODES);
+        goto out;
+    }
+    if (bid != NULL) {
+        size_t bl = YAJL_IS_STRING(bid) ? strlen(SV(bid)) : 0;
+        bool hex = bl >= 16 && bl < sizeof(set->id);
+        for (size_t i = 0; hex && i < bl; i++)
+            hex = strchr("0123456789abcdef", SV(bid)[i]) != NULL;
+        if (!hex) {
+            tn_errbuf(err, errlen, "its id is not 16 to 64 lowercase hex digits");
+            goto out;
+        }
+        memcpy(set->id, SV(bid), bl + 1);
+    }
+    bool from_in = false;
+    for (size_t i = 0; i < nodes->u.array.len; i++) {
+        yajl_val x = nodes->u.array.values[i];
+        if (!YAJL_IS_INTEGER(x) || YAJL_GET_INTEGER(x) <= 0) {
+            tn_errbuf(err, errlen, "it names a node id that is not a positive integer");
+            goto out;
+        }
+        uint64_t nid = (uint64_t)YAJL_GET_INTEGER(x);
+        for (size_t k = 0; k < set->n; k++)
+            if (set->ids[k] == nid) {
+                tn_errbuf(err, errlen, "it names node %" PRIu64 " twice", nid);
+                goto out;
+            }
+        set->ids[set->n++] = nid;
+        from_in = from_in || nid == from;
+    }
+    if (!from_in) {
+        tn_errbuf(err, errlen, "its metastore_from is not one of its nodes");
+        goto out;
+    }
+    rc = 0;
+out:
+    if (rc != 0)
+        memset(set, 0, sizeof(*set));
+    yajl_tree_free(v);
+    return rc;
+}
+
 const tn_manifest_file_t *tn_manifest_find(const tn_manifest_t *m, const char *path)
 {
     size_t lo = 0, hi = m->nfiles;

@@ -54,6 +54,24 @@ typedef struct {
 int tn_manifest_parse(const char *buf, size_t len, tn_manifest_t *m, char *err, size_t errlen);
 void tn_manifest_fini(tn_manifest_t *m);
 
+#define TN_MANIFEST_SET_FORMAT    "tern-backup-set 1"
+#define TN_MANIFEST_SET_MAX_NODES 64
+#define TN_MANIFEST_SET_MAX_BYTES (1u << 20)
+
+/* DIR/backup.json: the members copied and where the metastore comes from. */
+typedef struct {
+    uint64_t ids[TN_MANIFEST_SET_MAX_NODES]; /* every member copied, each positive, once */
+    size_t n;                                /* 1.. */
+    uint64_t meta_from;                      /* one of ids */
+    char id[65]; /* the set's id, 16 to 64 lowercase hex digits; "" in a set made before sets
+                    had one */
+} tn_manifest_set_t;
+
+/* Decode backup.json (buf, len bytes, borrowed) into set. 0, or UV_EINVAL
+ * with err saying what is wrong (fit to follow the file's name). */
+int tn_manifest_set_parse(const char *buf, size_t len, tn_manifest_set_t *set, char *err,
+                          size_t errlen);
+
 /* The file of m (decoded, borrowed) at path, or NULL: a binary search
  * (the decoder sorts the files by path). */
 const tn_manifest_file_t *tn_manifest_find(const tn_manifest_t *m, const char *path);

@@ -1,12 +1,17 @@
 /* Fuzz target: a backup manifest as `ternctl restore` reads it from disk
- * (src/cmd/ternctl/manifest.c). It decodes or is refused with a message;
+ * (src/cmd/ternctl/manifest.c), and the same bytes as the backup set's
+ * backup.json (tn_manifest_set_parse). Each decodes or is refused with a
+ * message. A manifest
  * what decodes holds only paths the path rule accepts, no path twice, and
  * its node among the voters, each found by its path. What decodes then
- * goes through restore's channel check (tn_manifest_check_channels), which must not crash. */
+ * goes through restore's channel check (tn_manifest_check_channels), which must not crash.
+ * A set that decodes names 1..64 distinct positive node ids, its
+ * metastore source among them, and an id of lowercase hex or none. */
 #include "core/platform.h"
 
 #include "cmd/ternctl/manifest.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,5 +56,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)tn_manifest_check_channels(&m, sink);
     }
     tn_manifest_fini(&m);
+    tn_manifest_set_t set;
+    err[0] = '\0';
+    rc = tn_manifest_set_parse((const char *)data, size, &set, err, sizeof(err));
+    if (rc == UV_EINVAL && err[0] == '\0')
+        abort();
+    if (rc == 0) {
+        bool from = false;
+        if (set.n == 0 || set.n > TN_MANIFEST_SET_MAX_NODES || set.meta_from == 0)
+            abort();
+        for (size_t i = 0; i < set.n; i++) {
+            if (set.ids[i] == 0 || set.ids[i] > INT64_MAX)
+                abort();
+            for (size_t k = 0; k < i; k++)
+                if (set.ids[k] == set.ids[i])
+                    abort();
+            from = from || set.ids[i] == set.meta_from;
+        }
+        size_t idl = strlen(set.id);
+        if (!from || (idl != 0 && (idl < 16 || strspn(set.id, "0123456789abcdef") != idl)))
+            abort();
+    }
     return 0;
 }

@@ -375,6 +375,71 @@ static void test_refuses_deep_nesting(void **state)
     free(doc);
 }
 
+/* backup.json: what `ternctl backup` writes decodes (and a set from
+ * before sets had an id); anything else is refused with a message. */
+static void set_refused(const char *doc, const char *want)
+{
+    tn_manifest_set_t set;
+    char err[200] = "";
+    int rc = tn_manifest_set_parse(doc, strlen(doc), &set, err, sizeof(err));
+    if (rc != UV_EINVAL || strstr(err, want) == NULL) {
+        fprintf(stderr, "set %.80s\n  rc %d err \"%s\", wanted \"%s\"\n", doc, rc, err, want);
+        fail();
+    }
+    assert_int_equal(set.n, 0);
+}
+
+static void test_set(void **state)
+{
+    (void)state;
+    tn_manifest_set_t set;
+    char err[200];
+    const char *doc =
+        "{\"format\":\"tern-backup-set 1\",\"id\":\"0123456789abcdef0123456789abcdef\","
+        "\"metastore_from\":2,\"nodes\":[1,2,3]}\n";
+    assert_int_equal(tn_manifest_set_parse(doc, strlen(doc), &set, err, sizeof(err)), 0);
+    assert_int_equal(set.n, 3);
+    assert_int_equal(set.ids[2], 3);
+    assert_int_equal(set.meta_from, 2);
+    assert_string_equal(set.id, "0123456789abcdef0123456789abcdef");
+    doc = "{\"format\":\"tern-backup-set 1\",\"metastore_from\":1,\"nodes\":[1]}";
+    assert_int_equal(tn_manifest_set_parse(doc, strlen(doc), &set, err, sizeof(err)), 0);
+    assert_string_equal(set.id, "");
+    set_refused("", "not a backup set");
+    set_refused("{\"format\":\"tern-backup-set 2\",\"metastore_from\":1,\"nodes\":[1]}",
+                "not a backup set");
+    set_refused("{\"format\":\"tern-backup-set 1\",\"metastore_from\":0,\"nodes\":[1]}",
+                "not a backup set");
+    set_refused("{\"format\":\"tern-backup-set 1\",\"metastore_from\":1,\"nodes\":[]}",
+                "not a backup set");
+    set_refused("{\"format\":\"tern-backup-set 1\",\"metastore_from\":1,\"nodes\":[1,1]}",
+                "names node 1 twice");
+    set_refused("{\"format\":\"tern-backup-set 1\",\"metastore_from\":1,\"nodes\":[1,-2]}",
+                "not a positive integer");
+    set_refused("{\"format\":\"tern-backup-set 1\",\"metastore_from\":3,\"nodes\":[1,2]}",
+                "metastore_from is not one of its nodes");
+    set_refused("{\"format\":\"tern-backup-set 1\",\"id\":\"ABCDEF0123456789\","
+                "\"metastore_from\":1,\"nodes\":[1]}",
+                "lowercase hex");
+    char many[1024];
+    int n = snprintf(many, sizeof(many),
+                     "{\"format\":\"tern-backup-set 1\",\"metastore_from\":1,"
+                     "\"nodes\":[1");
+    for (int i = 2; i <= TN_MANIFEST_SET_MAX_NODES + 1; i++)
+        n += snprintf(many + n, sizeof(many) - (size_t)n, ",%d", i);
+    snprintf(many + n, sizeof(many) - (size_t)n, "]}");
+    set_refused(many, "more than 64 nodes");
+    /* Nested a million deep: refused, not a stack overflow. */
+    size_t depth = 500000;
+    char *deep = malloc(2 * depth + 1);
+    assert_non_null(deep);
+    memset(deep, '[', depth);
+    memset(deep + depth, ']', depth);
+    deep[2 * depth] = '\0';
+    set_refused(deep, "nested deeper than 512 levels");
+    free(deep);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -386,6 +451,7 @@ int main(void)
         cmocka_unit_test(test_channel_check_many_files),
         cmocka_unit_test(test_remove_dir_follows_no_link),
         cmocka_unit_test(test_refuses_deep_nesting),
+        cmocka_unit_test(test_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
