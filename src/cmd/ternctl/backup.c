@@ -10,13 +10,16 @@
  *      (a dead member's data would be missing from the copy). One member:
  *      the node asked; several: each at its advertised API address, with
  *      the scheme of --url.
- *   3. POST /v1/backup to every member first, so the sessions start close
- *      together, then copy each: the manifest to DIR/<id>/manifest.json,
- *      each file to DIR/<id>/data/<path> and the metastore snapshot to
+ *   3. POST /v1/backup to every member first, all at once (a thread per
+ *      POST, whose answer takes as long as the member's reading of its
+ *      data), so the sessions start close together, then copy each: the
+ *      manifest to DIR/<id>/manifest.json, each file to
+ *      DIR/<id>/data/<path> and the metastore snapshot to
  *      DIR/<id>/metastore.snapshot, each under a temporary name, fetched
  *      in ranges (?offset=), checked against its length and CRC32C, then
  *      fsynced and renamed, and its directory fsynced. Meanwhile every
- *      other session is used once a minute, so its TTL never runs out.
+ *      other session is used once a minute (or each third of its TTL),
+ *      from the first answer on, so its TTL never runs out.
  *   4. DIR/backup.json names the members and the one whose metastore
  *      snapshot every restored node starts from (the highest applied
  *      index: the most complete view), then every session is deleted (on
@@ -57,7 +60,9 @@
  *   fetched up to the log end (its log is kept where it agrees with the
  *   leader's epoch history). docs/operations.md says why.
  *
- * Threads: one (ternctl). */
+ * Threads: ternctl's, and one per member while its POST runs
+ * (post_thread), which touches only its node_t's POST fields and a client
+ * of its own. */
 #include "core/platform.h"
 
 #include "cmd/ternctl/ctl.h"
@@ -298,14 +303,32 @@ typedef struct {
     char session[65];  /* "" until POSTed */
     tn_ctl_resp_t man; /* the manifest as the server answered it */
     tn_manifest_t m;
+    /* The POST, on a thread of its own (post_thread): it writes post_rc
+     * and man, then posted (release); the command thread reads them once
+     * it sees posted (acquire), and joins the thread at the end. */
+    tn_ctl_t *c;
+    uv_thread_t thread;
+    bool started;
+    int post_rc;
+    int posted;
+    bool handled; /* its answer looked at by the command thread */
 } node_t;
 
-/* The sessions of the other nodes wait while one node is copied: each
- * is used (its manifest read, which renews its TTL) every minute, so
- * none expires however long the copy of the others takes. */
+/* The bound on each wait of a POST /v1/backup: it is answered once the
+ * node has pinned its files and read each to take its CRC, which takes as
+ * long as reading the node's data (--timeout, 30 s by default, failed the
+ * backup of a node holding more than that). The longest
+ * backup-session-ttl. */
+#define POST_TIMEOUT_MS (24 * 3600 * 1000)
+
+/* The sessions wait while ternctl asks the other members for theirs and
+ * copies each member in turn: each is used (its manifest read, which
+ * renews its TTL) every minute, or every third of its TTL when that is
+ * shorter (keep_ms), so none expires however long the others take. */
 static node_t *g_nodes;
 static size_t g_nnodes;
 static uint64_t g_touched_ms;
+static uint64_t g_keep_ms = 60000;
 
 static uint64_t now_ms(void)
 {
@@ -314,7 +337,7 @@ static uint64_t now_ms(void)
 
 static void keep_alive(tn_ctl_t *c)
 {
-    if (now_ms() - g_touched_ms < 60000)
+    if (now_ms() - g_touched_ms < g_keep_ms)
         return;
     g_touched_ms = now_ms();
     for (size_t i = 0; i < g_nnodes; i++) {
@@ -501,6 +524,46 @@ static void end_sessions(tn_ctl_t *c, node_t *nodes, size_t n)
     }
 }
 
+static void post_thread(void *arg)
+{
+    node_t *nd = arg;
+    nd->post_rc = tn_ctl_call_own(nd->c, nd->url, "POST", "/v1/backup", POST_TIMEOUT_MS, &nd->man);
+    __atomic_store_n(&nd->posted, 1, __ATOMIC_RELEASE);
+}
+
+/* A member's answer to its POST (posted): its session named (so that it
+ * is ended whatever happens next) and its manifest decoded. */
+static int posted(tn_ctl_t *c, node_t *nd)
+{
+    if (nd->post_rc < 0)
+        return TN_CTL_FAIL; /* said by tn_ctl_call_own */
+    if (nd->man.status != 201) {
+        char what[64];
+        pathf(what, sizeof(what), "backup: node %" PRIu64, nd->id);
+        return tn_ctl_fail(&nd->man, what);
+    }
+    char err[300];
+    if (tn_manifest_parse(nd->man.body, nd->man.len, &nd->m, err, sizeof(err)) != 0)
+        return say("backup", "node %" PRIu64 ": %s", nd->id, err);
+    pathf(nd->session, sizeof(nd->session), "%s", nd->m.session);
+    /* A third of the shortest TTL, so a session is used twice before it
+     * could expire. */
+    if (nd->m.ttl_ms > 0 && nd->m.ttl_ms / 3 < g_keep_ms)
+        g_keep_ms = TN_MAX(nd->m.ttl_ms / 3, 1);
+    if (nd->m.node_id != nd->id)
+        return say("backup", "%s answered as node %" PRIu64 ", the member list says %" PRIu64,
+                   nd->url, nd->m.node_id, nd->id);
+    for (size_t k = 0; k < nd->m.nisolated; k++)
+        fprintf(stderr,
+                "ternctl backup: warning: node %" PRIu64 ": partition %s/%" PRIu32
+                " is isolated (%s): its files are copied whole, the damage included, and "
+                "it is restored isolated as it is now (docs/operations.md, \"A damaged "
+                "partition\")\n",
+                nd->id, nd->m.isolated[k].topic, nd->m.isolated[k].partition,
+                nd->m.isolated[k].error);
+    return TN_CTL_OK;
+}
+
 static int run_backup(tn_ctl_t *c, int argc, char **argv)
 {
     static const struct option opts[] = {{NULL, 0, NULL, 0}};
@@ -527,38 +590,39 @@ static int run_backup(tn_ctl_t *c, int argc, char **argv)
     g_nodes = nodes;
     g_nnodes = n;
     g_touched_ms = now_ms();
-    /* Every session first, close together in time. */
+    /* Every session first, all asked at once (each POST on a thread of
+     * its own): they start close together in time, and while a member
+     * reads its data to answer, the sessions already made are kept alive
+     * (keep_alive, on this thread). Before, the POSTs went one after
+     * another: a session sat unused while a later member answered, and
+     * the node removed it once that took longer than its TTL. */
+    size_t nstarted = 0;
     for (size_t i = 0; rc == TN_CTL_OK && i < n; i++) {
-        node_t *nd = &nodes[i];
-        if (tn_ctl_call_url(c, nd->url, "POST", "/v1/backup", NULL, 0, &nd->man) < 0) {
-            rc = TN_CTL_FAIL;
+        nodes[i].c = c;
+        if ((e = uv_thread_create(&nodes[i].thread, post_thread, &nodes[i])) != 0) {
+            rc = say("backup", "thread: %s", tn_strerror(e));
             break;
         }
-        if (nd->man.status != 201) {
-            char what[64];
-            pathf(what, sizeof(what), "backup: node %" PRIu64, nd->id);
-            rc = tn_ctl_fail(&nd->man, what);
-            break;
-        }
-        char err[300];
-        int pr = tn_manifest_parse(nd->man.body, nd->man.len, &nd->m, err, sizeof(err));
-        if (pr == 0)
-            pathf(nd->session, sizeof(nd->session), "%s", nd->m.session);
-        if (pr != 0) {
-            rc = say("backup", "node %" PRIu64 ": %s", nd->id, err);
-        } else if (nd->m.node_id != nd->id) {
-            rc = say("backup", "%s answered as node %" PRIu64 ", the member list says %" PRIu64,
-                     nd->url, nd->m.node_id, nd->id);
-        }
-        for (size_t k = 0; rc == TN_CTL_OK && k < nd->m.nisolated; k++)
-            fprintf(stderr,
-                    "ternctl backup: warning: node %" PRIu64 ": partition %s/%" PRIu32
-                    " is isolated (%s): its files are copied whole, the damage included, and "
-                    "it is restored isolated as it is now (docs/operations.md, \"A damaged "
-                    "partition\")\n",
-                    nd->id, nd->m.isolated[k].topic, nd->m.isolated[k].partition,
-                    nd->m.isolated[k].error);
+        nodes[i].started = true;
+        nstarted++;
     }
+    for (size_t handled = 0; handled < nstarted;) {
+        for (size_t i = 0; i < nstarted; i++) {
+            if (nodes[i].handled || __atomic_load_n(&nodes[i].posted, __ATOMIC_ACQUIRE) == 0)
+                continue;
+            nodes[i].handled = true;
+            handled++;
+            int prc = posted(c, &nodes[i]);
+            if (rc == TN_CTL_OK)
+                rc = prc;
+        }
+        keep_alive(c);
+        if (handled < nstarted)
+            uv_sleep(20);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (nodes[i].started)
+            uv_thread_join(&nodes[i].thread);
     for (size_t i = 0; rc == TN_CTL_OK && i < n; i++)
         rc = copy_node(c, &nodes[i], dir, buf);
     if (rc == TN_CTL_OK) {

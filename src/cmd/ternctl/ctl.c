@@ -433,6 +433,25 @@ int tn_ctl_timeout_ms(const tn_ctl_t *c)
     return c->timeout_ms;
 }
 
+/* A new client for base_url with c's credentials and CA, and timeout_ms
+ * its bound on each wait; NULL with the reason printed. c is only read. */
+static tn_hc_t *client_new(const tn_ctl_t *c, const char *base_url, int timeout_ms)
+{
+    tn_hc_opts_t o = {.ca_file = c->ca_file,
+                      .timeout_ms = timeout_ms,
+                      .user = c->user,
+                      .password = c->password,
+                      .headers = "X-Tern-Client: ternctl\r\n"};
+    tn_hc_t *hc = NULL;
+    char err[512];
+    int rc = tn_hc_new(base_url, &o, &hc, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "ternctl: %s\n", rc == UV_ENOMEM ? "out of memory" : err);
+        return NULL;
+    }
+    return hc;
+}
+
 /* The client for base_url, made on first use; NULL with the reason printed. */
 static tn_hc_t *client_for(tn_ctl_t *c, const char *base_url)
 {
@@ -447,31 +466,19 @@ static tn_hc_t *client_for(tn_ctl_t *c, const char *base_url)
         memmove(&c->clients[0], &c->clients[1], sizeof(c->clients[0]) * (MAX_CLIENTS - 1));
         c->nclients--;
     }
-    tn_hc_opts_t o = {.ca_file = c->ca_file,
-                      .timeout_ms = c->timeout_ms,
-                      .user = c->user,
-                      .password = c->password,
-                      .headers = "X-Tern-Client: ternctl\r\n"};
-    tn_hc_t *hc = NULL;
-    char err[512];
-    int rc = tn_hc_new(base_url, &o, &hc, err, sizeof(err));
-    if (rc != 0) {
-        fprintf(stderr, "ternctl: %s\n", rc == UV_ENOMEM ? "out of memory" : err);
+    tn_hc_t *hc = client_new(c, base_url, c->timeout_ms);
+    if (hc == NULL)
         return NULL;
-    }
     c->clients[c->nclients].url = dup_or_die(base_url);
     c->clients[c->nclients].hc = hc;
     c->nclients++;
     return hc;
 }
 
-static int call(tn_ctl_t *c, const char *base_url, const char *method, const char *path,
-                const char *body, size_t len, int fd, uint64_t *written, tn_ctl_resp_t *out)
+/* One request on hc to base_url (see tn_ctl_call). */
+static int call_on(tn_hc_t *hc, const char *base_url, const char *method, const char *path,
+                   const char *body, size_t len, int fd, uint64_t *written, tn_ctl_resp_t *out)
 {
-    memset(out, 0, sizeof(*out));
-    tn_hc_t *hc = client_for(c, base_url);
-    if (hc == NULL)
-        return TN_ECONFIG;
     tn_hc_req_t req = {.method = method,
                        .path = path,
                        .headers = len > 0 ? "Content-Type: application/json\r\n" : NULL,
@@ -493,6 +500,28 @@ static int call(tn_ctl_t *c, const char *base_url, const char *method, const cha
     if (written != NULL)
         *written = resp.streamed;
     return 0;
+}
+
+static int call(tn_ctl_t *c, const char *base_url, const char *method, const char *path,
+                const char *body, size_t len, int fd, uint64_t *written, tn_ctl_resp_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    tn_hc_t *hc = client_for(c, base_url);
+    if (hc == NULL)
+        return TN_ECONFIG;
+    return call_on(hc, base_url, method, path, body, len, fd, written, out);
+}
+
+int tn_ctl_call_own(tn_ctl_t *c, const char *base_url, const char *method, const char *path,
+                    int timeout_ms, tn_ctl_resp_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    tn_hc_t *hc = client_new(c, base_url, timeout_ms > 0 ? timeout_ms : c->timeout_ms);
+    if (hc == NULL)
+        return TN_ECONFIG;
+    int rc = call_on(hc, base_url, method, path, NULL, 0, -1, NULL, out);
+    tn_hc_free(hc);
+    return rc;
 }
 
 int tn_ctl_call(tn_ctl_t *c, const char *method, const char *path, const char *body, size_t len,

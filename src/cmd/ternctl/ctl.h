@@ -50,6 +50,12 @@ int tn_ctl_call(tn_ctl_t *c, const char *method, const char *path, const char *b
 /* The same to another node's base URL ("http://127.0.0.1:4251"), same credentials and CA. */
 int tn_ctl_call_url(tn_ctl_t *c, const char *base_url, const char *method, const char *path,
                     const char *body, size_t len, tn_ctl_resp_t *out);
+/* The same on a client of its own, made and freed here, whose bound on each wait is
+ * timeout_ms (<= 0: --timeout's): for a request on a thread other than the command's (c's
+ * cached clients are the command thread's alone; c is only read, and the command thread
+ * must have made a request through c first, which settles its credentials). */
+int tn_ctl_call_own(tn_ctl_t *c, const char *base_url, const char *method, const char *path,
+                    int timeout_ms, tn_ctl_resp_t *out);
 /* Like tn_ctl_call_url but a 2xx body is streamed into fd (not kept; out->body holds only an
  * error body); *written is the byte count. For big downloads (backup). */
 int tn_ctl_get_to_fd(tn_ctl_t *c, const char *base_url, const char *path, int fd, uint64_t *written,

@@ -153,6 +153,10 @@ int tn_manifest_parse(const char *buf, size_t len, tn_manifest_t *m, char *err, 
         goto out;
     }
     m->created_ms = (int64_t)u;
+    if (field(root, "ttl_ms") != NULL && !uint_field(root, "ttl_ms", INT64_MAX, &m->ttl_ms)) {
+        fail(err, errlen, "ttl_ms is not a non-negative integer");
+        goto out;
+    }
     yajl_val meta = field(root, "metastore");
     f = field(meta, "path");
     if (meta == NULL || f == NULL || !YAJL_IS_STRING(f) ||

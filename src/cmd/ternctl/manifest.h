@@ -37,6 +37,7 @@ typedef struct {
     char session[65];
     uint64_t node_id;
     int64_t created_ms;
+    uint64_t ttl_ms;   /* the session's backup-session-ttl; 0: not said (optional) */
     uint64_t meta_len; /* the metastore snapshot, in the file "metastore.snapshot" */
     uint32_t meta_crc;
     uint64_t applied_index;

@@ -48,6 +48,7 @@ static void test_decodes_the_servers_document(void **state)
     assert_int_equal(m.meta_len, 320);
     assert_int_equal(m.meta_crc, 3854482451u);
     assert_int_equal(m.applied_index, 4);
+    assert_int_equal(m.ttl_ms, 600000);
     assert_int_equal(m.nvoters, 2);
     assert_int_equal(m.voters[1].id, 2);
     assert_string_equal(m.voters[1].raft_addr, "127.0.0.1:4253");
@@ -135,6 +136,9 @@ static void test_refuses_bad_documents(void **state)
             "\"files\":[]}",
             "metastore.path");
     refused(HEAD "\"files\":[],\"isolated\":{}}", "isolated is not an array");
+    refused("{\"format\":\"tern-backup 1\",\"storage_format\":1,\"session\":\"a\",\"node_id\":1,"
+            "\"created_ms\":1,\"ttl_ms\":\"10m\"}",
+            "ttl_ms");
     /* More entries than files: no such backup. */
     refused(HEAD "\"files\":[],\"isolated\":[{\"topic\":\"t\",\"partition\":0,\"error\":\"\"}]}",
             "isolated is not an array");
