@@ -33,10 +33,11 @@ class BackupSessionsTest(ClusterTest):
 
     def test_waiting_sessions_outlive_a_slow_member(self):
         c = self.make(3)
-        for n in c.nodes:
-            env = c.env()
-            env["TERN_TEST_BACKUP_TAKE_HOLD"] = os.path.join(n.dir, "take-hold")
-            n.start(env=env)
+        slow = c.nodes[1]  # the second member ternctl asks
+        hold = os.path.join(slow.dir, "take-hold")
+        c.nodes[0].start()
+        slow.start(env=dict(c.env(), TERN_TEST_BACKUP_TAKE_HOLD=hold))
+        c.nodes[2].start()
         c.wait_ready()
         c.wait_alive(3)
         first = c.nodes[0]
@@ -49,8 +50,6 @@ class BackupSessionsTest(ClusterTest):
                                      f"m-{p}".encode(),
                                      headers={"Content-Type": "application/octet-stream"})
             self.assertEqual(st, 202, body)
-        slow = c.nodes[1]
-        hold = os.path.join(slow.dir, "take-hold")
         with open(hold, "w") as f:
             f.write("")
         bdir = os.path.join(c.dir, "backup")

@@ -988,6 +988,27 @@ static void on_told(void *arg, const char *topic, uint32_t p, const tn_pstate_t 
     bprintf(w, &w->json, "]}");
 }
 
+/* DIR/<id>/metastore.snapshot into *out (*len bytes, the caller frees
+ * it), checked against its manifest m. */
+static int read_snapshot(const char *dir, uint64_t id, const tn_manifest_t *m, char **out,
+                         size_t *len)
+{
+    char p[PATH_LEN];
+    pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, id);
+    int e = read_file(p, TN_MANIFEST_MAX_BYTES, out, len);
+    if (e != 0)
+        return say("restore", "%s: %s", p, tn_strerror(e));
+    if (*len != m->meta_len || tn_crc32c(0, *out, *len) != m->meta_crc) {
+        tn_free(*out);
+        *out = NULL;
+        return say("restore",
+                   "%s is damaged (or changed while it was restored): its length or CRC32C is "
+                   "not the manifest's",
+                   p);
+    }
+    return TN_CTL_OK;
+}
+
 /* Every member's manifest and files checked, then the snapshot of
  * metastore_from rewritten for the whole cluster (meta/restore.h) into
  * *out. Nothing is written. */
@@ -1013,20 +1034,13 @@ static int whole_cluster(whole_t *w, const char *dir, const tn_manifest_set_t *s
                        "member's restore reads it, so none may go on",
                        set->ids[i], dir);
     }
-    char p[PATH_LEN];
-    pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, meta_from);
     char *snap = NULL;
     size_t snap_len = 0;
-    int e = read_file(p, TN_MANIFEST_MAX_BYTES, &snap, &snap_len);
-    if (e != 0)
-        return say("restore", "%s: %s", p, tn_strerror(e));
-    if (snap_len != mm->meta_len || tn_crc32c(0, snap, snap_len) != mm->meta_crc) {
-        tn_free(snap);
-        return say("restore", "%s changed while it was restored", p);
-    }
+    if ((rc = read_snapshot(dir, meta_from, mm, &snap, &snap_len)) != TN_CTL_OK)
+        return rc;
     char err[600];
-    e = tn_meta_restore_rewrite(snap, snap_len, bid, set->ids, set->n, on_copies, on_told, w, out,
-                                err, sizeof(err));
+    int e = tn_meta_restore_rewrite(snap, snap_len, bid, set->ids, set->n, on_copies, on_told, w,
+                                    out, err, sizeof(err));
     drop_probes(w);
     tn_free(snap);
     if (e != 0)
@@ -1177,21 +1191,16 @@ static int stamp_channels(const tn_meta_state_t *s, const tn_manifest_t *m, bool
  * the caller finis it): the source of --rejoin's stamps (stamp_restored). */
 static int own_snapshot(const char *dir, uint64_t id, const tn_manifest_t *m, tn_meta_state_t *s)
 {
-    char p[PATH_LEN];
-    pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, id);
     char *snap = NULL;
     size_t len = 0;
-    int e = read_file(p, TN_MANIFEST_MAX_BYTES, &snap, &len);
-    if (e != 0)
-        return say("restore", "%s: %s", p, tn_strerror(e));
-    if (len != m->meta_len || tn_crc32c(0, snap, len) != m->meta_crc) {
-        tn_free(snap);
-        return say("restore", "%s is damaged: its length or CRC32C is not the manifest's", p);
-    }
-    e = tn_meta_state_restore(s, snap, len);
+    int rc = read_snapshot(dir, id, m, &snap, &len);
+    if (rc != TN_CTL_OK)
+        return rc;
+    int e = tn_meta_state_restore(s, snap, len);
     tn_free(snap);
     if (e != 0)
-        return say("restore", "%s: not a metastore snapshot: %s", p, tn_strerror(e));
+        return say("restore", "%s/%" PRIu64 "/metastore.snapshot: not a metastore snapshot: %s",
+                   dir, id, tn_strerror(e));
     return TN_CTL_OK;
 }
 

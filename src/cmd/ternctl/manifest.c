@@ -90,6 +90,26 @@ static int fail(char *err, size_t errlen, const char *what)
     return UV_EINVAL;
 }
 
+/* buf (len bytes, no NUL) as yajl's tree into *out: 0, UV_EINVAL when it
+ * is not one JSON value or is nested deeper than TN_JSON_MAX_DEPTH, or
+ * UV_ENOMEM. yajl's tree is freed by a recursion per level of nesting: a
+ * document nested a million deep overflowed the stack (SIGSEGV), so one
+ * pass that allocates nothing (tn_json_valid) refuses it first. */
+static int tree_of(const char *buf, size_t len, yajl_val *out)
+{
+    *out = NULL;
+    if (!tn_json_valid(buf, len))
+        return UV_EINVAL;
+    char *text = tn_malloc(len + 1);
+    if (text == NULL)
+        return UV_ENOMEM;
+    memcpy(text, buf, len);
+    text[len] = '\0';
+    *out = yajl_tree_parse(text, NULL, 0);
+    tn_free(text);
+    return *out != NULL ? 0 : UV_ENOMEM; /* valid: only memory fails it */
+}
+
 int tn_manifest_parse(const char *buf, size_t len, tn_manifest_t *m, char *err, size_t errlen)
 {
     memset(m, 0, sizeof(*m));
@@ -97,31 +117,16 @@ int tn_manifest_parse(const char *buf, size_t len, tn_manifest_t *m, char *err, 
         return fail(err, errlen, "larger than 256 MiB");
     if (memchr(buf, '\0', len) != NULL)
         return fail(err, errlen, "holds a NUL byte");
-    /* yajl's tree is freed by a recursion per level of nesting: a
-     * document nested a million deep overflowed the stack (SIGSEGV). One
-     * pass that allocates nothing refuses it first (and anything else
-     * that is not one JSON value, as yajl's parse below would). */
-    if (!tn_json_valid(buf, len)) {
+    yajl_val root = NULL;
+    int trc = tree_of(buf, len, &root);
+    if (trc == UV_EINVAL) {
         char what[80];
         snprintf(what, sizeof(what), "not JSON, or nested deeper than %d levels",
                  TN_JSON_MAX_DEPTH);
         return fail(err, errlen, what);
     }
-    char *text = tn_malloc(len + 1);
-    if (text == NULL)
-        return UV_ENOMEM;
-    memcpy(text, buf, len);
-    text[len] = '\0';
-    char perr[256];
-    yajl_val root = yajl_tree_parse(text, perr, sizeof(perr));
-    tn_free(text);
-    if (root == NULL) {
-        tn_errbuf(err, errlen, "manifest: not JSON: %.200s", perr);
-        for (char *p = err; *p; p++)
-            if (*p == '\n')
-                *p = ' ';
-        return UV_EINVAL;
-    }
+    if (trc != 0)
+        return trc;
     int rc = UV_EINVAL;
     uint64_t u;
     if (!YAJL_IS_OBJECT(root)) {
@@ -306,23 +311,16 @@ int tn_manifest_set_parse(const char *buf, size_t len, tn_manifest_set_t *set, c
                           size_t errlen)
 {
     memset(set, 0, sizeof(*set));
-    /* As for a manifest: one pass refuses deep nesting before yajl's
-     * tree, whose free recurses once per level. */
-    if (len > TN_MANIFEST_SET_MAX_BYTES || memchr(buf, '\0', len) != NULL ||
-        !tn_json_valid(buf, len)) {
+    yajl_val v = NULL;
+    int trc = len > TN_MANIFEST_SET_MAX_BYTES || memchr(buf, '\0', len) != NULL
+                  ? UV_EINVAL
+                  : tree_of(buf, len, &v);
+    if (trc == UV_EINVAL)
         tn_errbuf(err, errlen,
-                  "not a backup set this build reads (not JSON, or nested "
-                  "deeper than %d levels)",
+                  "not a backup set this build reads (not JSON, or nested deeper than %d levels)",
                   TN_JSON_MAX_DEPTH);
-        return UV_EINVAL;
-    }
-    char *text = tn_malloc(len + 1);
-    if (text == NULL)
-        return UV_ENOMEM;
-    memcpy(text, buf, len);
-    text[len] = '\0';
-    yajl_val v = yajl_tree_parse(text, NULL, 0);
-    tn_free(text);
+    if (trc != 0)
+        return trc;
     yajl_val f = field(v, "format"), nodes = field(v, "nodes"), bid = field(v, "id");
     uint64_t from = 0;
     int rc = UV_EINVAL;

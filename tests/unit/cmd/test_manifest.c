@@ -350,15 +350,22 @@ static void test_remove_dir_follows_no_link(void **state)
  * place): refused with a message. Before, yajl built the tree and its
  * yajl_tree_free recursed once per level: ternctl restore died of a
  * stack overflow (SIGSEGV) instead of naming the file. */
-static void test_refuses_deep_nesting(void **state)
+/* depth '[' then as many ']' (the caller frees it). */
+static char *nested(size_t depth)
 {
-    (void)state;
-    size_t depth = 1000000;
     char *doc = malloc(2 * depth + 1);
     assert_non_null(doc);
     memset(doc, '[', depth);
     memset(doc + depth, ']', depth);
     doc[2 * depth] = '\0';
+    return doc;
+}
+
+static void test_refuses_deep_nesting(void **state)
+{
+    (void)state;
+    size_t depth = 1000000;
+    char *doc = nested(depth);
     tn_manifest_t m;
     char err[300];
     int rc = parse(doc, &m, err, sizeof(err));
@@ -434,12 +441,7 @@ static void test_set(void **state)
     snprintf(many + n, sizeof(many) - (size_t)n, "]}");
     set_refused(many, "more than 64 nodes");
     /* Nested a million deep: refused, not a stack overflow. */
-    size_t depth = 500000;
-    char *deep = malloc(2 * depth + 1);
-    assert_non_null(deep);
-    memset(deep, '[', depth);
-    memset(deep + depth, ']', depth);
-    deep[2 * depth] = '\0';
+    char *deep = nested(500000);
     set_refused(deep, "nested deeper than 512 levels");
     free(deep);
 }
