@@ -166,7 +166,7 @@ def drain(port, topic, channel):
     return got
 
 
-def ternctl(*args, port=None, user="admin", pw=PASSWORD):
+def ternctl(*args, port=None, user="admin", pw=PASSWORD, timeout=300):
     env = dict(os.environ)
     for k in ("TERN_URL", "TERN_USER", "TERN_PASSWORD", "TERN_PASSWORD_FILE"):
         env.pop(k, None)
@@ -175,7 +175,8 @@ def ternctl(*args, port=None, user="admin", pw=PASSWORD):
     if user is not None:
         env["TERN_USER"] = user
         env["TERN_PASSWORD"] = pw
-    return subprocess.run([TERNCTL, *args], env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([TERNCTL, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 class BackupTest(unittest.TestCase):
@@ -359,6 +360,18 @@ class BackupTest(unittest.TestCase):
                        and x["length"] > 0)
             os.truncate(os.path.join(d, "1", "data", seg["path"]), seg["length"] - 1)
 
+        def seg_path(d):
+            seg = next(x for x in json.loads(man)["files"] if x["path"].endswith(".log"))
+            return os.path.join(d, "1", "data", seg["path"])
+
+        def fifo_segment(d):
+            os.unlink(seg_path(d))
+            os.mkfifo(seg_path(d))
+
+        def endless_segment(d):
+            os.unlink(seg_path(d))
+            os.symlink("/dev/zero", seg_path(d))
+
         def flip_snapshot(d):
             with open(os.path.join(d, "1", "metastore.snapshot"), "r+b") as f:
                 b = f.read()
@@ -380,6 +393,13 @@ class BackupTest(unittest.TestCase):
              man_json(man.replace(b'"path":"FORMAT"', b'"path":"../FORMAT"')),
              "is not a data directory file"),
             ("a segment cut short", cut_segment, "damaged"),
+            # Not regular files: before, restore waited forever, opening a
+            # FIFO for a writer, or reading /dev/zero for its end.
+            ("a segment that is a FIFO", fifo_segment, "not a regular file"),
+            ("a segment that is /dev/zero", endless_segment, "not a regular file"),
+            ("backup.json that is a FIFO",
+             lambda d: (os.unlink(os.path.join(d, "backup.json")),
+                        os.mkfifo(os.path.join(d, "backup.json"))), "not a regular file"),
             # --rejoin stamps the topics from the node's own snapshot: it
             # is checked before anything is written too. Before, the
             # files were written and the restore then failed, leaving
@@ -393,7 +413,11 @@ class BackupTest(unittest.TestCase):
                 shutil.copytree(good, bdir)
                 spoil(bdir)
                 target = os.path.join(self.dir, "hostile-target")
-                r = ternctl("restore", bdir, "--data-path", target, *extra, user=None)
+                try:
+                    r = ternctl("restore", bdir, "--data-path", target, *extra, user=None,
+                                timeout=30)
+                except subprocess.TimeoutExpired:
+                    self.fail(f"{name}: ternctl restore still running after 30 s")
                 print(f"\n  {name}: exit {r.returncode}, {r.stderr.strip()[:160]}",
                       file=sys.stderr)
                 self.assertEqual(r.returncode, 1, r.stdout + r.stderr)

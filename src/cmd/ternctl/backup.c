@@ -195,12 +195,39 @@ static int write_all(int fd, const void *buf, size_t n)
     return 0;
 }
 
+/* path opened for reading (an fd, or <0): a regular file only, UV_EFTYPE
+ * for anything else. A backup's files are read as they are found: a FIFO
+ * in a file's place blocked the open until a writer came, and a device
+ * (a link to /dev/zero) was read for an end that never came; opened
+ * without blocking and refused, the restore names the file instead. */
+static int open_regular(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    int rc = fstat(fd, &st) != 0 ? -errno : !S_ISREG(st.st_mode) ? UV_EFTYPE : 0;
+    if (rc == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+        rc = -errno;
+    if (rc != 0) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+/* An error of open_regular's or a read's, for a message. */
+static const char *why(int e)
+{
+    return e == UV_EFTYPE ? "not a regular file" : tn_strerror(e);
+}
+
 /* The length and CRC32C of a file, reading it whole. */
 static int file_crc(const char *path, unsigned char *buf, uint64_t *len, uint32_t *crc)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open_regular(path);
     if (fd < 0)
-        return -errno;
+        return fd;
     uint64_t n = 0;
     uint32_t c = 0;
     int rc = 0;
@@ -264,9 +291,9 @@ static int read_file(const char *path, size_t max, char **out, size_t *len)
 {
     *out = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open_regular(path);
     if (fd < 0)
-        return -errno;
+        return fd;
     struct stat st;
     if (fstat(fd, &st) != 0 || (uint64_t)st.st_size > max) {
         int rc = errno ? -errno : TN_ETOOBIG;
@@ -703,7 +730,7 @@ static int load_manifest(const char *dir, uint64_t id, tn_manifest_t *m)
     if (e == UV_ENOENT)
         return say("restore", "%s is missing: the backup lacks node %" PRIu64 "'s copy", p, id);
     if (e != 0)
-        return say("restore", "%s: %s", p, tn_strerror(e));
+        return say("restore", "%s: %s", p, why(e));
     char err[300];
     e = tn_manifest_parse(body, len, m, err, sizeof(err));
     tn_free(body);
@@ -726,7 +753,7 @@ static int load_set(const char *dir, bool have_node, uint64_t *id, tn_manifest_s
     size_t len = 0;
     int e = read_file(p, TN_MANIFEST_SET_MAX_BYTES, &body, &len);
     if (e != 0)
-        return say("restore", "%s: %s (is %s a complete backup?)", p, tn_strerror(e), dir);
+        return say("restore", "%s: %s (is %s a complete backup?)", p, why(e), dir);
     char err[200];
     e = tn_manifest_set_parse(body, len, set, err, sizeof(err));
     tn_free(body);
@@ -754,7 +781,7 @@ static int check_file(const char *path, uint64_t len, uint32_t crc, unsigned cha
     uint32_t hcrc = 0;
     int e = file_crc(path, buf, &have, &hcrc);
     if (e != 0)
-        return say("restore", "%s: %s", path, tn_strerror(e));
+        return say("restore", "%s: %s", path, why(e));
     if (have != len || hcrc != crc)
         return say("restore",
                    "%s is damaged: %" PRIu64 " bytes with CRC32C %08" PRIx32
@@ -769,9 +796,9 @@ static int copy_in(const char *src, const char *final, uint64_t len, uint32_t cr
 {
     char tmp[PATH_LEN];
     pathf(tmp, sizeof(tmp), "%s.tmp", final);
-    int in = open(src, O_RDONLY | O_CLOEXEC);
+    int in = open_regular(src);
     if (in < 0)
-        return say("restore", "%s: %s", src, strerror(errno));
+        return say("restore", "%s: %s", src, why(in));
     int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (out < 0) {
         close(in);
@@ -997,7 +1024,7 @@ static int read_snapshot(const char *dir, uint64_t id, const tn_manifest_t *m, c
     pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, id);
     int e = read_file(p, TN_MANIFEST_MAX_BYTES, out, len);
     if (e != 0)
-        return say("restore", "%s: %s", p, tn_strerror(e));
+        return say("restore", "%s: %s", p, why(e));
     if (*len != m->meta_len || tn_crc32c(0, *out, *len) != m->meta_crc) {
         tn_free(*out);
         *out = NULL;
