@@ -13,6 +13,7 @@
 #include "core/name.h"
 #include "core/time.h"
 #include "api/drain.h"
+#include "proto/http/json.h"
 #include "proto/addr.h"
 
 #include <inttypes.h>
@@ -745,7 +746,10 @@ static bool parse_auth(const uint8_t *msg, size_t len, char *secret, size_t cap)
     memcpy(text, msg, len);
     text[len] = '\0';
     bool ok = false;
-    yajl_val root = yajl_tree_parse(text, NULL, 0);
+    /* Checked first: yajl's tree frees itself one call per level, and
+     * this message comes before any authentication (64 KiB of '[' would
+     * nest that deep). */
+    yajl_val root = tn_json_valid(text, len) ? yajl_tree_parse(text, NULL, 0) : NULL;
     if (YAJL_IS_OBJECT(root)) {
         const char *tp[] = {"type", NULL}, *sp[] = {"secret", NULL};
         yajl_val type = yajl_tree_get(root, tp, yajl_t_string);

@@ -561,7 +561,12 @@ class Auth(Base):
             w.send_json({"type": "auth", "secret": secret})
             w.expect_error(code)
             w.wait_closed()
-        for bad in ('{"type":"auth"}', "not json", '{"type":"hello","secret":"all"}'):
+        # Nesting past the JSON readers' depth (ws.c reads the message
+        # before any authentication): refused as malformed, the server
+        # unharmed, even when the message would otherwise authenticate.
+        deep = '{"type":"auth","secret":"all","x":' + "[" * 32000 + "]" * 32000 + "}"
+        for bad in ('{"type":"auth"}', "not json", '{"type":"hello","secret":"all"}',
+                    "[" * 65536, deep):
             w = self.ws(t)
             w.recv_json()
             w.send_text(bad)
