@@ -1904,7 +1904,8 @@ void tn__chpart_wake(tn_chpart_t *cp, int64_t now_ms)
         uint64_t off = l->offset;
         uint32_t attempts = l->attempts;
         lease_end(cp, l);
-        pend_add(cp, off, attempts, now_ms);
+        /* Out of memory: the scan finds it instead. */
+        pend_or_rescan(cp, off, attempts, now_ms);
         cp->cur.timeout_count++;
         ch->topic->broker->timeouts++;
         any = true;
@@ -1952,7 +1953,8 @@ void tn_consumer_detach(tn_consumer_t *c)
         uint64_t off = l->offset;
         uint32_t attempts = l->attempts;
         lease_end(cp, l);
-        pend_add(cp, off, attempts, now);
+        /* Out of memory: the scan finds it instead. */
+        pend_or_rescan(cp, off, attempts, now);
         tn__broker_rewake(cp);
     }
     if (c->next == c) {
@@ -2417,8 +2419,15 @@ int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool 
     if (rc != 0)
         return rc; /* the lease stays as it was */
     uint32_t attempts = l->attempts;
-    lease_end(cp, l);
     int64_t now_mono = tn_now_mono_ms();
+    /* Its pending entry first, while it is still leased (the one moment an
+     * offset is both): out of memory (UV_ENOMEM), the REQ is refused and
+     * the lease stays as it was, so the delay is not lost to the scan,
+     * which would deliver it at once. */
+    rc = pend_add(cp, offset, attempts, now_mono + delay_ms);
+    if (rc != 0)
+        return rc;
+    lease_end(cp, l);
     tn_walrec_t r = {.op = TN_WAL_REQ,
                      .offset = offset,
                      .due_ms = tn_now_wall_ms() + delay_ms,
@@ -2426,7 +2435,6 @@ int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool 
     /* Out of memory for the record: the requeue holds in memory, and a
      * crash would deliver the message again at once anyway. */
     rc = record(cp, &r);
-    pend_add(cp, offset, attempts, now_mono + delay_ms);
     c->requeue_count++;
     tn__broker_rewake(cp);
     tn__broker_pump_later(c->ch);

@@ -944,7 +944,9 @@ static inline uint32_t tn_broker_logs_full(const tn_broker_t *b)
 {
     return b->logs_full;
 }
-/* Put it back, deliverable after delay_ms (0: at once). */
+/* Put it back, deliverable after delay_ms (0: at once). Refused, the
+ * lease kept as it was: the log's sticky error or its full disk, and
+ * UV_ENOMEM when the message's pending entry cannot be made. */
 int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
                     uint32_t nonce, int64_t delay_ms);
 /* The end of a dead-letter move (tn_consumer_dead_letter): status 0 once

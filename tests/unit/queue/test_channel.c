@@ -1191,6 +1191,103 @@ static void test_hand_over_lease_out_of_memory_delivered_later(void **state)
     qfx_free(q);
 }
 
+/* Channel c of topic t on q with s attached (credit 10, leases of
+ * timeout_ms) holding message 0. */
+static tn_channel_t *one_leased(qfx_t *q, qfx_sink_t *s, int64_t timeout_ms)
+{
+    tn_channel_t *ch = channel(q, "t", "c");
+    qfx_attach(s, ch, 10, timeout_ms);
+    publish(q, "t", "m", 0);
+    qfx_expect_n(q, s, 1);
+    return ch;
+}
+
+/* A lease that times out while no memory can be had for the message's
+ * pending entry (the wake run with every allocation failing and the spare
+ * channel-log requests gone) is not lost: the scan finds the message
+ * again and it is delivered again. Before: neither leased nor pending, it
+ * was not delivered again until a restart. */
+static void test_lease_timeout_out_of_memory_delivered_again(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    qfx_sink_t s;
+    tn_channel_t *ch = one_leased(q, &s, 50);
+    usleep(80000); /* the lease is out; the loop has not seen it */
+    tn__channel_spares_free();
+    tn_alloc_fail_after(0);
+    tn__chpart_wake(ch->parts[0], tn_now_mono_ms());
+    tn_alloc_fail_after(-1);
+    size_t pending = tn_u64map_size(&ch->parts[0]->pend_map);
+    bool again = qfx_run(q, delivered_twice, &s, tn_now_mono_ms() + 3000);
+    printf("lease timeout out of memory: pending %zu, delivered again %d (attempts %u), "
+           "timeouts %" PRIu64 "\n",
+           pending, again, again ? s.d[1].attempts : 0, q->b->timeouts);
+    assert_true(again);
+    assert_int_equal(s.d[1].attempts, 1); /* counted afresh: the scan knows none */
+    ack_again_and_free(q, &s, ch);
+}
+
+/* A consumer that goes away while no memory can be had for its message's
+ * pending entry does not take the message with it: the scan finds it and
+ * another consumer gets it. Before: neither leased nor pending, it was not
+ * delivered again until a restart. */
+static void test_detach_out_of_memory_delivered_again(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    qfx_sink_t s, s2;
+    tn_channel_t *ch = one_leased(q, &s, 60000);
+    qfx_attach(&s2, ch, 10, 60000);
+    tn__channel_spares_free();
+    tn_alloc_fail_after(0);
+    tn_consumer_detach(&s.c);
+    tn_alloc_fail_after(-1);
+    size_t pending = tn_u64map_size(&ch->parts[0]->pend_map);
+    bool again = qfx_run(q, delivered_once, &s2, tn_now_mono_ms() + 3000);
+    printf("detach out of memory: pending %zu, delivered again %d\n", pending, again);
+    assert_true(again);
+    assert_int_equal(s2.d[0].offset, 0);
+    assert_int_equal(tn_consumer_ack(&s2.c, 0, s2.d[0].offset, s2.d[0].nonce), 0);
+    sync_all_ok(q, ch);
+    tn_consumer_detach(&s2.c);
+    qfx_free(q);
+}
+
+/* A REQ (with a delay) that finds no memory for the message's pending
+ * entry is refused with UV_ENOMEM and changes nothing: the lease stays,
+ * and a REQ once memory is there again waits its delay as asked. Before:
+ * answered 0, the lease gone and nothing pending, the message was not
+ * delivered again until a restart. */
+static void test_req_out_of_memory_refused_lease_kept(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    qfx_sink_t s;
+    tn_channel_t *ch = one_leased(q, &s, 60000);
+    tn__channel_spares_free();
+    tn_alloc_fail_after(0);
+    int rc = tn_consumer_req(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, 200);
+    tn_alloc_fail_after(-1);
+    size_t inflight = tn_consumer_inflight(&s.c);
+    size_t pending = tn_u64map_size(&ch->parts[0]->pend_map);
+    int64_t t0 = tn_now_mono_ms();
+    int rc2 = rc == 0 ? 0 : tn_consumer_req(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, 200);
+    bool again = qfx_run(q, delivered_twice, &s, tn_now_mono_ms() + 3000);
+    int64_t waited = tn_now_mono_ms() - t0;
+    printf("REQ out of memory: rc %s, in flight %zu, pending %zu; REQ again rc %d: delivered "
+           "again %d after %" PRId64 " ms\n",
+           rc == 0 ? "0" : tn_strerror(rc), inflight, pending, rc2, again, waited);
+    assert_int_equal(rc, UV_ENOMEM);
+    assert_int_equal(inflight, 1);
+    assert_int_equal(pending, 0);
+    assert_int_equal(rc2, 0);
+    assert_true(again);
+    assert_true(waited >= 200);
+    assert_int_equal(s.d[1].attempts, 2);
+    ack_again_and_free(q, &s, ch);
+}
+
 static bool refuse_dlq(void *arg, const char *topic, const char *dlq, char *why, size_t len)
 {
     (void)arg;
@@ -2973,6 +3070,9 @@ int main(void)
         cmocka_unit_test(test_dead_letter_start_out_of_memory_delivered_again),
         cmocka_unit_test(test_hand_over_fin_out_of_memory_comes_back),
         cmocka_unit_test(test_hand_over_lease_out_of_memory_delivered_later),
+        cmocka_unit_test(test_lease_timeout_out_of_memory_delivered_again),
+        cmocka_unit_test(test_detach_out_of_memory_delivered_again),
+        cmocka_unit_test(test_req_out_of_memory_refused_lease_kept),
         cmocka_unit_test(test_dead_letter_copy_gone_with_its_topic),
         cmocka_unit_test(test_dead_letter_copy_forgotten_when_emptied),
         cmocka_unit_test(test_dead_letter_refused_counts_nothing),
