@@ -1433,8 +1433,13 @@ static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, boo
             continue;
         }
         if (e->deliver_at_ms > now_wall) {
-            if (pend_add(cp, off, 0, wall_to_mono(e->deliver_at_ms, now_wall, now_mono)) != 0)
+            if (pend_add(cp, off, 0, wall_to_mono(e->deliver_at_ms, now_wall, now_mono)) != 0) {
+                /* Out of memory: the scan stays at it and meets it again
+                 * at the next pump, asked for here, as hand_over does:
+                 * nothing else may pump this channel. */
+                tn__broker_pump_later(cp->ch);
                 return false;
+            }
             cp->scan++;
             tn__broker_rewake(cp);
             continue;

@@ -1288,6 +1288,36 @@ static void test_req_out_of_memory_refused_lease_kept(void **state)
     ack_again_and_free(q, &s, ch);
 }
 
+/* A deferred message that the scan meets while no memory can be had for
+ * its pending entry (the channel's only pump run with every allocation
+ * failing) is not left behind: the scan meets it again, and it is
+ * delivered at its time. Before: nothing pumped the channel again, and it
+ * waited for the next publish, settle or credit. */
+static void test_deferred_scan_out_of_memory_delivered(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 0, 60000);
+    int64_t at = tn_now_wall_ms() + 200;
+    publish(q, "t", "later", at); /* its pump: no credit, nothing scanned */
+    s.c.credit = 10;              /* no pump of its own: the one below is the only one */
+    pump_out_of_memory(ch);
+    size_t pending = tn_u64map_size(&ch->parts[0]->pend_map);
+    bool delivered = qfx_run(q, delivered_once, &s, tn_now_mono_ms() + 2000);
+    int64_t late = tn_now_wall_ms() - at;
+    printf("deferred, scan out of memory: pending %zu, delivered %d (%" PRId64
+           " ms after its time)\n",
+           pending, delivered, late);
+    assert_true(delivered);
+    assert_true(late >= 0);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[0].offset, s.d[0].nonce), 0);
+    sync_all_ok(q, ch);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
 static bool refuse_dlq(void *arg, const char *topic, const char *dlq, char *why, size_t len)
 {
     (void)arg;
@@ -3073,6 +3103,7 @@ int main(void)
         cmocka_unit_test(test_lease_timeout_out_of_memory_delivered_again),
         cmocka_unit_test(test_detach_out_of_memory_delivered_again),
         cmocka_unit_test(test_req_out_of_memory_refused_lease_kept),
+        cmocka_unit_test(test_deferred_scan_out_of_memory_delivered),
         cmocka_unit_test(test_dead_letter_copy_gone_with_its_topic),
         cmocka_unit_test(test_dead_letter_copy_forgotten_when_emptied),
         cmocka_unit_test(test_dead_letter_refused_counts_nothing),
