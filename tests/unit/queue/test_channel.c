@@ -98,16 +98,22 @@ static void sync_ch(qfx_t *q, tn_channel_t *ch, uint32_t p, int want)
     assert_int_equal(w.status, want);
 }
 
-/* Channel c of topic t on q with s attached (credit 10), and n messages
- * published and delivered to s. */
-static tn_channel_t *sink_with(qfx_t *q, qfx_sink_t *s, int n)
+/* Channel c of topic t on q with s attached (credit 10, leases of
+ * timeout_ms), and n messages published and delivered to s. */
+static tn_channel_t *sink_leased(qfx_t *q, qfx_sink_t *s, int n, int64_t timeout_ms)
 {
     tn_channel_t *ch = channel(q, "t", "c");
-    qfx_attach(s, ch, 10, 60000);
+    qfx_attach(s, ch, 10, timeout_ms);
     for (int i = 0; i < n; i++)
         publish(q, "t", "m", 0);
     qfx_expect_n(q, s, n);
     return ch;
+}
+
+/* sink_leased with leases of a minute. */
+static tn_channel_t *sink_with(qfx_t *q, qfx_sink_t *s, int n)
+{
+    return sink_leased(q, s, n, 60000);
 }
 
 /* Partition 0 of ch made full (the caller waits for one_log_full), s
@@ -971,6 +977,15 @@ static void test_dead_letter_copy_forgotten_when_emptied(void **state)
     qfx_free(q);
 }
 
+/* Every allocation fails from here (until tn_alloc_fail_after(-1)), and
+ * the spare channel-log requests are gone, so that no channel record,
+ * lease or pending entry can be made. */
+static void out_of_memory(void)
+{
+    tn__channel_spares_free();
+    tn_alloc_fail_after(0);
+}
+
 /* The copy's end (on_dlq_published) run with every allocation failing,
  * the spare channel-log requests gone, so that neither the source's FIN
  * (record_ex) nor the message's pending entry can be made: UV_ENOMEM. */
@@ -978,8 +993,7 @@ static tn_pub_cb oom_inner;
 
 static void oom_at_fin(tn_pub_t *p, int status)
 {
-    tn__channel_spares_free();
-    tn_alloc_fail_after(0);
+    out_of_memory();
     oom_inner(p, status);
     tn_alloc_fail_after(-1);
 }
@@ -1009,12 +1023,12 @@ static tn_channel_t *dead_letter_end_out_of_memory(qfx_t *q, qfx_sink_t *s, int 
     return ch;
 }
 
-/* Message 0 of ch, delivered to s a second time, acked; the channel is
+/* Message 0 of ch, s's delivery i (0: its first), acked; the channel is
  * empty once that is durable; then s detached and q freed. */
-static void ack_again_and_free(qfx_t *q, qfx_sink_t *s, tn_channel_t *ch)
+static void ack_and_free(qfx_t *q, qfx_sink_t *s, tn_channel_t *ch, int i)
 {
-    assert_int_equal(s->d[1].offset, 0);
-    assert_int_equal(tn_consumer_ack(&s->c, 0, s->d[1].offset, s->d[1].nonce), 0);
+    assert_int_equal(s->d[i].offset, 0);
+    assert_int_equal(tn_consumer_ack(&s->c, 0, s->d[i].offset, s->d[i].nonce), 0);
     sync_all_ok(q, ch);
     tn_channel_stats_t st;
     tn_channel_stats(ch, &st);
@@ -1043,7 +1057,7 @@ static void test_dead_letter_fin_out_of_memory_delivered_again(void **state)
     printf("FIN out of memory: delivered again %d, depth %" PRIu64 ", in flight %" PRIu64 "\n",
            again, st.depth, (uint64_t)tn_consumer_inflight(&s.c));
     assert_true(again);
-    ack_again_and_free(q, &s, ch);
+    ack_and_free(q, &s, ch, 1);
 }
 
 /* A dead letter whose copy fails to publish, the copy's end run with
@@ -1065,7 +1079,7 @@ static void test_dead_letter_copy_failed_out_of_memory_delivered_again(void **st
     printf("copy failed, out of memory: delivered again %d, depth %" PRIu64 ", pending %zu\n",
            again, st.depth, tn_u64map_size(&ch->parts[0]->pend_map));
     assert_true(again);
-    ack_again_and_free(q, &s, ch);
+    ack_and_free(q, &s, ch, 1);
 }
 
 /* A dead-letter move that cannot start for want of memory (nor can the
@@ -1079,8 +1093,7 @@ static void test_dead_letter_start_out_of_memory_delivered_again(void **state)
     tn_channel_t *ch = sink_with(q, &s, 1);
     tn_msg_t *body = tn_msg_new("poison", 6);
     dlw_t w = {0, 0};
-    tn__channel_spares_free();
-    tn_alloc_fail_after(0);
+    out_of_memory();
     int rc = tn_consumer_dead_letter(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, body, NULL,
                                      on_dl_done, &w);
     tn_alloc_fail_after(-1);
@@ -1093,7 +1106,7 @@ static void test_dead_letter_start_out_of_memory_delivered_again(void **state)
     tn_channel_stats(ch, &st);
     printf("move out of memory: delivered again %d, depth %" PRIu64 "\n", again, st.depth);
     assert_true(again);
-    ack_again_and_free(q, &s, ch);
+    ack_and_free(q, &s, ch, 1);
 }
 
 static bool depth_zero(void *arg)
@@ -1107,8 +1120,7 @@ static bool depth_zero(void *arg)
  * requests gone. */
 static void pump_out_of_memory(tn_channel_t *ch)
 {
-    tn__channel_spares_free();
-    tn_alloc_fail_after(0);
+    out_of_memory();
     tn_channel_pump_now(ch);
     tn_alloc_fail_after(-1);
 }
@@ -1185,21 +1197,7 @@ static void test_hand_over_lease_out_of_memory_delivered_later(void **state)
     tn_channel_stats(ch, &st);
     printf("lease out of memory: delivered %d, depth %" PRIu64 "\n", delivered, st.depth);
     assert_true(delivered);
-    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[0].offset, s.d[0].nonce), 0);
-    sync_all_ok(q, ch);
-    tn_consumer_detach(&s.c);
-    qfx_free(q);
-}
-
-/* Channel c of topic t on q with s attached (credit 10, leases of
- * timeout_ms) holding message 0. */
-static tn_channel_t *one_leased(qfx_t *q, qfx_sink_t *s, int64_t timeout_ms)
-{
-    tn_channel_t *ch = channel(q, "t", "c");
-    qfx_attach(s, ch, 10, timeout_ms);
-    publish(q, "t", "m", 0);
-    qfx_expect_n(q, s, 1);
-    return ch;
+    ack_and_free(q, &s, ch, 0);
 }
 
 /* A lease that times out while no memory can be had for the message's
@@ -1212,10 +1210,9 @@ static void test_lease_timeout_out_of_memory_delivered_again(void **state)
     (void)state;
     qfx_t *q = qfx_new(NULL, NULL);
     qfx_sink_t s;
-    tn_channel_t *ch = one_leased(q, &s, 50);
+    tn_channel_t *ch = sink_leased(q, &s, 1, 50);
     usleep(80000); /* the lease is out; the loop has not seen it */
-    tn__channel_spares_free();
-    tn_alloc_fail_after(0);
+    out_of_memory();
     tn__chpart_wake(ch->parts[0], tn_now_mono_ms());
     tn_alloc_fail_after(-1);
     size_t pending = tn_u64map_size(&ch->parts[0]->pend_map);
@@ -1225,7 +1222,7 @@ static void test_lease_timeout_out_of_memory_delivered_again(void **state)
            pending, again, again ? s.d[1].attempts : 0, q->b->timeouts);
     assert_true(again);
     assert_int_equal(s.d[1].attempts, 1); /* counted afresh: the scan knows none */
-    ack_again_and_free(q, &s, ch);
+    ack_and_free(q, &s, ch, 1);
 }
 
 /* A consumer that goes away while no memory can be had for its message's
@@ -1237,21 +1234,16 @@ static void test_detach_out_of_memory_delivered_again(void **state)
     (void)state;
     qfx_t *q = qfx_new(NULL, NULL);
     qfx_sink_t s, s2;
-    tn_channel_t *ch = one_leased(q, &s, 60000);
+    tn_channel_t *ch = sink_with(q, &s, 1);
     qfx_attach(&s2, ch, 10, 60000);
-    tn__channel_spares_free();
-    tn_alloc_fail_after(0);
+    out_of_memory();
     tn_consumer_detach(&s.c);
     tn_alloc_fail_after(-1);
     size_t pending = tn_u64map_size(&ch->parts[0]->pend_map);
     bool again = qfx_run(q, delivered_once, &s2, tn_now_mono_ms() + 3000);
     printf("detach out of memory: pending %zu, delivered again %d\n", pending, again);
     assert_true(again);
-    assert_int_equal(s2.d[0].offset, 0);
-    assert_int_equal(tn_consumer_ack(&s2.c, 0, s2.d[0].offset, s2.d[0].nonce), 0);
-    sync_all_ok(q, ch);
-    tn_consumer_detach(&s2.c);
-    qfx_free(q);
+    ack_and_free(q, &s2, ch, 0);
 }
 
 /* A REQ (with a delay) that finds no memory for the message's pending
@@ -1264,9 +1256,8 @@ static void test_req_out_of_memory_refused_lease_kept(void **state)
     (void)state;
     qfx_t *q = qfx_new(NULL, NULL);
     qfx_sink_t s;
-    tn_channel_t *ch = one_leased(q, &s, 60000);
-    tn__channel_spares_free();
-    tn_alloc_fail_after(0);
+    tn_channel_t *ch = sink_with(q, &s, 1);
+    out_of_memory();
     int rc = tn_consumer_req(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, 200);
     tn_alloc_fail_after(-1);
     size_t inflight = tn_consumer_inflight(&s.c);
@@ -1285,7 +1276,7 @@ static void test_req_out_of_memory_refused_lease_kept(void **state)
     assert_true(again);
     assert_true(waited >= 200);
     assert_int_equal(s.d[1].attempts, 2);
-    ack_again_and_free(q, &s, ch);
+    ack_and_free(q, &s, ch, 1);
 }
 
 /* A deferred message that the scan meets while no memory can be had for
@@ -1312,10 +1303,7 @@ static void test_deferred_scan_out_of_memory_delivered(void **state)
            pending, delivered, late);
     assert_true(delivered);
     assert_true(late >= 0);
-    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[0].offset, s.d[0].nonce), 0);
-    sync_all_ok(q, ch);
-    tn_consumer_detach(&s.c);
-    qfx_free(q);
+    ack_and_free(q, &s, ch, 0);
 }
 
 static bool refuse_dlq(void *arg, const char *topic, const char *dlq, char *why, size_t len)
