@@ -1201,33 +1201,41 @@ static void take_ingress(ctx_t *c, uint64_t durable)
 
 #ifdef TN_TEST
 /* TERN_TEST_BACKUP_TAKE_HOLD (ternd-test): the path of a file; while it
- * exists (at most 120 s), a session's file work waits, so that a test can
- * change the node between two of its steps: at the start, before
- * anything is copied (the file empty: after the POST's metastore
- * snapshot, the wait for durable ends widened), or before the pause
- * files and the channels' and topics' stamps are taken (the file holding
- * "stamps": after the partitions' files were copied). A notice says when
- * the hold begins. */
-static void take_test_hold(const session_t *s, const char *at)
+ * exists (at most 120 s), a session waits, so that a test can change the
+ * cluster or the node between two of its steps: before the POST takes its
+ * metastore snapshot and the durable ends (the file holding "post": the
+ * loop goes on meanwhile, so the node's metastore follows the cluster and
+ * its snapshot is the latest of the backup), at the start of the file
+ * work, before anything is copied (the file empty: after the POST's
+ * metastore snapshot, the wait for durable ends widened), or before the
+ * pause files and the channels' and topics' stamps are taken (the file
+ * holding "stamps": after the partitions' files were copied). A notice
+ * says when the hold begins. */
+static bool test_hold_at(const char *at)
 {
     const char *path = getenv("TERN_TEST_BACKUP_TAKE_HOLD");
     if (path == NULL || path[0] == '\0')
-        return;
+        return false;
     char what[16] = "";
     FILE *f = fopen(path, "r");
     if (f == NULL)
-        return;
+        return false;
     size_t n = fread(what, 1, sizeof(what) - 1, f);
     fclose(f);
     while (n > 0 && (what[n - 1] == '\n' || what[n - 1] == ' '))
         n--;
     what[n] = '\0';
-    if (strcmp(what, at) != 0)
+    return strcmp(what, at) == 0;
+}
+
+static void take_test_hold(const session_t *s, const char *at)
+{
+    if (!test_hold_at(at))
         return;
     TN_LOG(TN_LOG_NOTICE, "backup %s: copying its files held%s%s (TERN_TEST_BACKUP_TAKE_HOLD)",
            s->id, at[0] != '\0' ? " before " : "", at);
     struct stat st;
-    for (int i = 0; i < 120 * 20 && stat(path, &st) == 0; i++)
+    for (int i = 0; i < 120 * 20 && stat(getenv("TERN_TEST_BACKUP_TAKE_HOLD"), &st) == 0; i++)
         uv_sleep(50);
 }
 #else
@@ -1786,6 +1794,55 @@ static void on_wait(uv_timer_t *h)
     uv_close((uv_handle_t *)h, on_wait_closed);
 }
 
+/* The POST's snapshot and durable ends, then the wait for those ends (or
+ * the file work at once). 0, or an error with nothing started. */
+static int take_begin(take_t *t)
+{
+    tn_backup_t *bk = t->bk;
+    /* The order matters: the metastore first (a topic that has acked
+     * messages is in it), then the durable ends (every acknowledged
+     * record is below them). */
+    int rc = tn_meta_backup(bk->v->meta, &t->snap, &t->voters, &t->nvoters, &t->applied);
+    rc = rc ? rc : collect(bk, t);
+    bool wait = false;
+    for (size_t i = 0; rc == 0 && i < t->nparts; i++)
+        wait = wait || t->parts[i].want != 0;
+    wait = wait || t->nchans > 0;
+    if (rc == 0 && wait) {
+        uv_timer_init(bk->loop, &t->wait);
+        t->wait.data = t;
+        t->wait_until = uv_now(bk->loop) + SYNC_WAIT_MS;
+        uv_timer_start(&t->wait, on_wait, 0, 2);
+    } else if (rc == 0) {
+        rc = uv_queue_work(bk->loop, &t->work, take_work, take_after);
+    }
+    return rc;
+}
+
+#ifdef TN_TEST
+static void on_post_hold_closed(uv_handle_t *h)
+{
+    take_t *t = h->data;
+    int rc = t->bk->closing ? TN_ECLOSED : take_begin(t);
+    if (rc == 0)
+        return;
+    flist_fail(&t->files, rc, "%s", tn_strerror(rc));
+    take_after(&t->work, 0); /* answers the error and removes the session */
+}
+
+/* TERN_TEST_BACKUP_TAKE_HOLD holding "post" (take_test_hold): polled
+ * until the file is gone, the loop serving meanwhile. */
+static void on_post_hold(uv_timer_t *h)
+{
+    take_t *t = h->data;
+    struct stat st;
+    if (!t->bk->closing && stat(getenv("TERN_TEST_BACKUP_TAKE_HOLD"), &st) == 0)
+        return;
+    uv_timer_stop(h);
+    uv_close((uv_handle_t *)h, on_post_hold_closed);
+}
+#endif
+
 static void on_post(tn_http_request_t *r, void *arg)
 {
     tn_backup_t *bk = arg;
@@ -1832,23 +1889,17 @@ static void on_post(tn_http_request_t *r, void *arg)
     t->r = r;
     t->work.data = t;
     tn_buf_init(&t->snap);
-    /* The order matters: the metastore first (a topic that has acked
-     * messages is in it), then the durable ends (every acknowledged
-     * record is below them). */
-    int rc = tn_meta_backup(v->meta, &t->snap, &t->voters, &t->nvoters, &t->applied);
-    rc = rc ? rc : collect(bk, t);
-    bool wait = false;
-    for (size_t i = 0; rc == 0 && i < t->nparts; i++)
-        wait = wait || t->parts[i].want != 0;
-    wait = wait || t->nchans > 0;
-    if (rc == 0 && wait) {
+    int rc;
+#ifdef TN_TEST
+    if (test_hold_at("post")) {
+        TN_LOG(TN_LOG_NOTICE, "backup %s: its metastore snapshot held (TERN_TEST_BACKUP_TAKE_HOLD)",
+               s->id);
         uv_timer_init(bk->loop, &t->wait);
         t->wait.data = t;
-        t->wait_until = uv_now(bk->loop) + SYNC_WAIT_MS;
-        uv_timer_start(&t->wait, on_wait, 0, 2);
-    } else if (rc == 0) {
-        rc = uv_queue_work(bk->loop, &t->work, take_work, take_after);
-    }
+        rc = uv_timer_start(&t->wait, on_post_hold, 50, 50);
+    } else
+#endif
+        rc = take_begin(t);
     if (rc != 0) {
         tn_buf_fini(&s->manifest);
         tn_free(s);
