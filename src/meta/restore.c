@@ -199,12 +199,12 @@ int tn_meta_restore_choose(const tn_meta_restore_copy_t *copies, uint32_t n)
     return best;
 }
 
-void tn_meta_restore_pstate(const tn_pstate_t *old, const tn_meta_restore_copy_t *copies, int best,
-                            uint64_t best_incarnation, tn_pstate_t *out)
+int tn_meta_restore_pstate(const tn_pstate_t *old, const tn_meta_restore_copy_t *copies,
+                           uint32_t ncopies, int best, uint64_t best_incarnation, tn_pstate_t *out)
 {
     tn_pstate_t ps = *old;
     uint32_t top = old->leader_epoch;
-    for (uint32_t i = 0; i < old->nreplicas; i++) {
+    for (uint32_t i = 0; i < ncopies; i++) {
         top = TN_MAX(top, copies[i].max_epoch);
         top = TN_MAX(top, copies[i].last_epoch);
     }
@@ -217,13 +217,29 @@ void tn_meta_restore_pstate(const tn_pstate_t *old, const tn_meta_restore_copy_t
     ps.corrupt = 0;
     ps.unclean = false;
     ps.leader = TN_PSTATE_NONE;
-    if (best >= 0 && (uint32_t)best < old->nreplicas) {
-        ps.leader = old->replicas[best];
+    if (best >= 0 && (uint32_t)best >= old->nreplicas && (uint32_t)best < ncopies) {
+        /* Step 3a: a member the snapshot no longer lists becomes a replica. */
+        uint32_t node = copies[best].node;
+        if (old->nreplicas >= TN_PSTATE_MAX_REPLICAS ||
+            (old->ntarget > 0 && old->nold >= TN_PSTATE_MAX_REPLICAS))
+            return UV_E2BIG;
+        if (old->ntarget == 0) {
+            memmove(&ps.replicas[1], &ps.replicas[0], old->nreplicas * sizeof(ps.replicas[0]));
+            ps.replicas[0] = node;
+        } else {
+            ps.old[ps.nold++] = node;
+            ps.replicas[old->nreplicas] = node;
+        }
+        ps.nreplicas++;
+    }
+    if (best >= 0 && (uint32_t)best < ncopies) {
+        ps.leader = copies[best].node;
         ps.isr[0].node = ps.leader;
         ps.isr[0].incarnation = best_incarnation;
         ps.nisr = 1;
     }
     *out = ps;
+    return 0;
 }
 
 uint64_t tn_meta_restore_incarnation(const char *backup_id, uint64_t member)
@@ -254,6 +270,14 @@ static tn_meta_member_t *member_of(tn_meta_state_t *s, uint64_t id)
     return NULL;
 }
 
+static bool in_replicas(const tn_pstate_t *ps, uint64_t id)
+{
+    for (uint32_t i = 0; i < ps->nreplicas; i++)
+        if (ps->replicas[i] == id)
+            return true;
+    return false;
+}
+
 static bool in_set(const uint64_t *members, size_t n, uint64_t id)
 {
     for (size_t i = 0; i < n; i++)
@@ -275,33 +299,56 @@ int tn_meta_restore_rewrite(const void *snap, size_t len, const char *backup_id,
                   rc == UV_ENOTSUP ? "a newer format than this build reads" : tn_strerror(rc));
         goto out;
     }
+    /* copies[]: the replicas' first (replicas order), then every other
+     * restored member's (members order). */
+    tn_meta_restore_copy_t *copies = tn_calloc(TN_PSTATE_MAX_REPLICAS + n, sizeof(*copies));
+    if (copies == NULL) {
+        rc = UV_ENOMEM;
+        tn_errbuf(err, errlen, "%s", "out of memory");
+        goto out;
+    }
     for (size_t i = 0; i < st.ntopics && rc == 0; i++) {
         tn_meta_topic_entry_t *t = st.topics[i];
         for (uint32_t p = 0; t->pstates != NULL && p < t->rec.partitions && rc == 0; p++) {
             tn_pstate_t *ps = &t->pstates[p];
             if (ps->nreplicas == 0)
                 continue; /* not placed: no member was alive when it was made */
-            tn_meta_restore_copy_t copies[TN_PSTATE_MAX_REPLICAS];
-            memset(copies, 0, sizeof(copies));
+            uint32_t nc = ps->nreplicas;
+            memset(copies, 0, (TN_PSTATE_MAX_REPLICAS + n) * sizeof(*copies));
             for (uint32_t k = 0; k < ps->nreplicas; k++)
                 copies[k].node = ps->replicas[k];
-            if ((rc = copies_cb(arg, t->rec.name, p, ps, copies, err, errlen)) != 0)
+            for (size_t k = 0; k < n; k++)
+                if (!in_replicas(ps, members[k]))
+                    copies[nc++].node = (uint32_t)members[k];
+            if ((rc = copies_cb(arg, t->rec.name, p, ps, copies, nc, err, errlen)) != 0)
                 break;
             /* A copy of a member the backup does not restore cannot lead:
              * its node would register with another incarnation. */
             for (uint32_t k = 0; k < ps->nreplicas; k++)
                 if (!in_set(members, n, copies[k].node))
                     copies[k].present = false;
-            int best = tn_meta_restore_choose(copies, ps->nreplicas);
+            int best = tn_meta_restore_choose(copies, nc);
             uint64_t inc =
-                best >= 0 ? tn_meta_restore_incarnation(backup_id, ps->replicas[best]) : 0;
+                best >= 0 ? tn_meta_restore_incarnation(backup_id, copies[best].node) : 0;
             tn_pstate_t now;
-            tn_meta_restore_pstate(ps, copies, best, inc, &now);
+            if (tn_meta_restore_pstate(ps, copies, nc, best, inc, &now) != 0) {
+                rc = UV_E2BIG;
+                tn_errbuf(err, errlen,
+                          "partition %s/%" PRIu32 ": its longest copy in the latest epoch is "
+                          "node %" PRIu32 "'s, which the backup's metastore no longer lists as "
+                          "a replica, and the partition has %d replicas already (the most): "
+                          "the partition changed while the backup was taken; take the backup "
+                          "again",
+                          t->rec.name, p, copies[best].node, TN_PSTATE_MAX_REPLICAS);
+                break;
+            }
             if (told_cb != NULL)
-                told_cb(arg, t->rec.name, p, ps, &now, copies, best);
+                told_cb(arg, t->rec.name, p, ps, &now, copies, nc, best);
             *ps = now;
+            t->owners[p] = ps->replicas[0]; /* a replicated partition's owner (state.c) */
         }
     }
+    tn_free(copies);
     if (rc != 0)
         goto out;
     for (size_t i = 0; i < n; i++) {

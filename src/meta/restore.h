@@ -11,13 +11,30 @@
  * pure functions of them.
  *
  * DESIGN: the rewrite of one replicated partition.
- *   1. Each replica's copy in the backup (tn_meta_restore_copy_t: its
- *      latest epoch and log end as storage would recover them) is a
- *      candidate unless it is missing or damaged.
- *   2. The best candidate has the highest (latest epoch, log end); a tie
- *      goes to the earlier replica in replicas order
+ *   1. Each copy in the backup (tn_meta_restore_copy_t: its latest epoch
+ *      and log end as storage would recover them) is a candidate unless
+ *      it is missing or damaged: the copies of the replicas the snapshot
+ *      lists, and those of the other restored members. A member's copy
+ *      is in the backup only if the member held the partition (led or
+ *      followed it) when its session was made; the snapshot restored is
+ *      the member's with the highest applied index, taken maybe after a
+ *      move (or a factor change) dropped a member whose copy was taken
+ *      before, the whole one, while the replicas it lists copied theirs
+ *      before they caught up (short, or none).
+ *   2. The best candidate has the highest (latest epoch, log end), as an
+ *      election would choose; a tie goes to the earlier copy, replicas
+ *      (in replicas order) before the others (in members order)
  *      (tn_meta_restore_choose). An empty copy is a candidate (epoch 0,
  *      end 0): when every copy is empty, the preferred one leads.
+ *   3a. A best copy on a member the snapshot does not list makes it a
+ *      replica: the first one (the preferred leader, and owners[p]), or,
+ *      with a move under way, the last one and an old replica of the move
+ *      (replicas stays the target followed by the old replicas not in
+ *      it; the move copies from it before it completes). The partition
+ *      then has a replica more than its topic's factor: the metastore
+ *      leader's factor rule moves it back, keeping the first replica.
+ *      No room (TN_PSTATE_MAX_REPLICAS replicas already): the restore is
+ *      refused (UV_E2BIG), naming the partition, rather than lose it.
  *   3. The state (tn_meta_restore_pstate): leader = best, ISR = {best}
  *      with best's restored incarnation, ELR empty, CRC failures and the
  *      unclean mark cleared; leader_epoch one above every epoch the
@@ -57,17 +74,19 @@ typedef struct {
     uint32_t max_epoch;  /* the highest epoch it names at all; 0: none */
 } tn_meta_restore_copy_t;
 
-/* The index of the copy to lead among copies[0..n) (replicas order): the
- * candidate with the highest (last_epoch, log_end), the earlier one on a
- * tie; -1 when none is a candidate. Pure. */
+/* The index of the copy to lead among copies[0..n) (the replicas', then
+ * the other members'): the candidate with the highest (last_epoch,
+ * log_end), the earlier one on a tie; -1 when none is a candidate. Pure. */
 int tn_meta_restore_choose(const tn_meta_restore_copy_t *copies, uint32_t n);
 
 /* The rewritten state of a partition whose snapshot state is old and
- * whose replicas' copies are copies[0..old->nreplicas) (replicas order),
- * best from tn_meta_restore_choose, best_incarnation the restored
- * incarnation of its node: step 3 or 4 above, into *out. Pure. */
-void tn_meta_restore_pstate(const tn_pstate_t *old, const tn_meta_restore_copy_t *copies, int best,
-                            uint64_t best_incarnation, tn_pstate_t *out);
+ * whose copies are copies[0..ncopies) (its replicas' first, in replicas
+ * order, then other members'), best from tn_meta_restore_choose,
+ * best_incarnation the restored incarnation of its node: step 3, 3a or 4
+ * above, into *out. 0, or UV_E2BIG (step 3a: no room for another
+ * replica; *out untouched). Pure. */
+int tn_meta_restore_pstate(const tn_pstate_t *old, const tn_meta_restore_copy_t *copies,
+                           uint32_t ncopies, int best, uint64_t best_incarnation, tn_pstate_t *out);
 
 /* The incarnation of member in every data directory restored from the
  * backup named backup_id (borrowed): the first 8 bytes of
@@ -75,25 +94,27 @@ void tn_meta_restore_pstate(const tn_pstate_t *old, const tn_meta_restore_copy_t
  * never 0. Pure. */
 uint64_t tn_meta_restore_incarnation(const char *backup_id, uint64_t member);
 
-/* Fill copies[0..ps->nreplicas) (replicas order, node set) for partition
- * p of topic. 0, or an error that ends the rewrite (err says why: the
- * callback writes it). */
+/* Fill copies[0..ncopies) (node set: ps's replicas in replicas order,
+ * then every other restored member) for partition p of topic. 0, or an
+ * error that ends the rewrite (err says why: the callback writes it). */
 typedef int (*tn_meta_restore_copies_cb)(void *arg, const char *topic, uint32_t p,
                                          const tn_pstate_t *ps, tn_meta_restore_copy_t *copies,
-                                         char *err, size_t errlen);
+                                         uint32_t ncopies, char *err, size_t errlen);
 /* Told the decision for partition p of topic (every pointer borrowed for
- * the call): best -1 when it stays offline. */
+ * the call): copies[0..ncopies) as filled, best -1 when it stays
+ * offline (old->nreplicas or more: a member old does not list leads). */
 typedef void (*tn_meta_restore_told_cb)(void *arg, const char *topic, uint32_t p,
                                         const tn_pstate_t *old, const tn_pstate_t *now,
-                                        const tn_meta_restore_copy_t *copies, int best);
+                                        const tn_meta_restore_copy_t *copies, uint32_t ncopies,
+                                        int best);
 
 /* Rewrite the metastore snapshot snap[0..len) (borrowed) for a whole
  * cluster restored from the backup backup_id: every placed replicated
  * partition as above (copies from copies_cb, each decision told to
  * told_cb), and each member of members[0..n) given its restored
  * incarnation. The new snapshot is appended to out. 0; TN_ECORRUPT or
- * UV_ENOTSUP (a snapshot this build cannot read), a copies_cb error, or
- * UV_ENOMEM, with err saying what. */
+ * UV_ENOTSUP (a snapshot this build cannot read), a copies_cb error,
+ * UV_E2BIG (step 3a) or UV_ENOMEM, with err saying what. */
 int tn_meta_restore_rewrite(const void *snap, size_t len, const char *backup_id,
                             const uint64_t *members, size_t n, tn_meta_restore_copies_cb copies_cb,
                             tn_meta_restore_told_cb told_cb, void *arg, tn_buf_t *out, char *err,

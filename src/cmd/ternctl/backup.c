@@ -845,8 +845,10 @@ typedef struct {
     const char *dir;
     const tn_manifest_set_t *set;
     tn_manifest_t *mans; /* mans[i]: set->ids[i]'s */
-    tn_plog_probe_t probes[TN_PSTATE_MAX_REPLICAS];
-    bool probed[TN_PSTATE_MAX_REPLICAS];
+    /* copies' probes (meta/restore.h: the replicas', then the other
+     * members'): TN_PSTATE_MAX_REPLICAS + set->n of each */
+    tn_plog_probe_t *probes;
+    bool *probed;
     tn_buf_t text; /* the decisions, printed once the restore is written */
     tn_buf_t json;
     size_t nparts;
@@ -869,7 +871,7 @@ static void bprintf(whole_t *w, tn_buf_t *b, const char *fmt, ...)
 
 static void drop_probes(whole_t *w)
 {
-    for (size_t k = 0; k < TN_PSTATE_MAX_REPLICAS; k++)
+    for (size_t k = 0; w->probed != NULL && k < TN_PSTATE_MAX_REPLICAS + w->set->n; k++)
         if (w->probed[k]) {
             tn_plog_probe_fini(&w->probes[k]);
             w->probed[k] = false;
@@ -888,11 +890,12 @@ static bool holds(const tn_manifest_t *man, const char *topic, uint32_t p)
 }
 
 static int on_copies(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps,
-                     tn_meta_restore_copy_t *copies, char *err, size_t errlen)
+                     tn_meta_restore_copy_t *copies, uint32_t ncopies, char *err, size_t errlen)
 {
     whole_t *w = arg;
+    (void)ps;
     drop_probes(w);
-    for (uint32_t k = 0; k < ps->nreplicas; k++) {
+    for (uint32_t k = 0; k < ncopies; k++) {
         const tn_manifest_t *man = NULL;
         for (size_t i = 0; i < w->set->n; i++)
             if (w->set->ids[i] == copies[k].node)
@@ -924,7 +927,8 @@ static int on_copies(void *arg, const char *topic, uint32_t p, const tn_pstate_t
 }
 
 static void on_told(void *arg, const char *topic, uint32_t p, const tn_pstate_t *old,
-                    const tn_pstate_t *now, const tn_meta_restore_copy_t *copies, int best)
+                    const tn_pstate_t *now, const tn_meta_restore_copy_t *copies, uint32_t ncopies,
+                    int best)
 {
     whole_t *w = arg;
     w->nparts++;
@@ -949,12 +953,27 @@ static void on_told(void *arg, const char *topic, uint32_t p, const tn_pstate_t 
     bprintf(w, &w->json,
             ",\"leader_epoch\":%" PRIu32 ",\"partition_epoch\":%" PRIu32 ",\"copies\":[",
             now->leader_epoch, now->partition_epoch);
-    for (uint32_t k = 0; k < old->nreplicas; k++) {
+    bool comma = false;
+    for (uint32_t k = 0; k < ncopies; k++) {
         const tn_meta_restore_copy_t *cp = &copies[k];
         const tn_plog_probe_t *pr = &w->probes[k];
-        bprintf(w, &w->json, "%s{\"node\":\"%" PRIu32 "\",\"present\":%s,\"damaged\":%s",
-                k ? "," : "", cp->node, cp->present ? "true" : "false",
-                cp->damaged ? "true" : "false");
+        /* Another member's copy (not a replica in the backup's metastore:
+         * meta/restore.h step 1) is told of only when there is one. */
+        bool listed = k < old->nreplicas;
+        if (!listed && !cp->present)
+            continue;
+        bprintf(w, &w->json,
+                "%s{\"node\":\"%" PRIu32 "\",\"replica\":%s,\"present\":%s,\"damaged\":%s",
+                comma ? "," : "", cp->node, listed ? "true" : "false",
+                cp->present ? "true" : "false", cp->damaged ? "true" : "false");
+        comma = true;
+        if (!listed)
+            bprintf(w, &w->text,
+                    "  node %" PRIu32 ": not a replica in the backup's metastore (taken after "
+                    "this copy, the partition moved in between): %s\n",
+                    cp->node,
+                    (int)k == best ? "made one, as its copy is the one to lead"
+                                   : "its copy is set aside in quarantine/ at its start");
         if (!cp->present) {
             bprintf(w, &w->text, "  node %" PRIu32 ": no copy in the backup\n", cp->node);
             bprintf(w, &w->json, "}");
@@ -1328,7 +1347,9 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
     uint64_t inc = 0;
     unsigned char *buf = tn_malloc(COPY_BUF);
     w.mans = tn_calloc(set.n, sizeof(*w.mans));
-    if (buf == NULL || w.mans == NULL) {
+    w.probes = tn_calloc(TN_PSTATE_MAX_REPLICAS + set.n, sizeof(*w.probes));
+    w.probed = tn_calloc(TN_PSTATE_MAX_REPLICAS + set.n, sizeof(*w.probed));
+    if (buf == NULL || w.mans == NULL || w.probes == NULL || w.probed == NULL) {
         rc = say("restore", "out of memory");
         goto out;
     }
@@ -1511,6 +1532,9 @@ out:
     for (size_t i = 0; w.mans != NULL && i < set.n; i++)
         tn_manifest_fini(&w.mans[i]);
     tn_free(w.mans);
+    drop_probes(&w);
+    tn_free(w.probes);
+    tn_free(w.probed);
     tn_buf_fini(&w.text);
     tn_buf_fini(&w.json);
     tn_buf_fini(&snap);

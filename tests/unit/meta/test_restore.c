@@ -88,7 +88,7 @@ static void test_rewritten_state(void **state)
     int best = tn_meta_restore_choose(c, 3);
     assert_int_equal(best, 0);
     tn_pstate_t now;
-    tn_meta_restore_pstate(&old, c, best, 0xabc, &now);
+    assert_int_equal(tn_meta_restore_pstate(&old, c, 3, best, 0xabc, &now), 0);
     assert_int_equal(now.leader, 1);
     assert_int_equal(now.leader_epoch, 9);
     assert_int_equal(now.partition_epoch, 18);
@@ -104,12 +104,13 @@ static void test_rewritten_state(void **state)
 
     /* The snapshot's epoch above every copy's still counts. */
     old.leader_epoch = 12;
-    tn_meta_restore_pstate(&old, c, best, 0xabc, &now);
+    assert_int_equal(tn_meta_restore_pstate(&old, c, 3, best, 0xabc, &now), 0);
     assert_int_equal(now.leader_epoch, 13);
 
     /* No copy: offline, nobody to elect, epochs still moved on. */
     tn_meta_restore_copy_t none[3] = {MISSING(1), DAMAGED(2, 14), MISSING(3)};
-    tn_meta_restore_pstate(&old, none, tn_meta_restore_choose(none, 3), 0, &now);
+    assert_int_equal(
+        tn_meta_restore_pstate(&old, none, 3, tn_meta_restore_choose(none, 3), 0, &now), 0);
     assert_int_equal(now.leader, TN_PSTATE_NONE);
     assert_int_equal(now.nisr, 0);
     assert_int_equal(now.nelr, 0);
@@ -135,12 +136,13 @@ static void test_incarnations(void **state)
 /* The copies a test backup holds: partition 0 has node 3 ahead; partition
  * 1 has no copy at all. */
 static int copies_cb(void *arg, const char *t, uint32_t p, const tn_pstate_t *ps,
-                     tn_meta_restore_copy_t *copies, char *err, size_t errlen)
+                     tn_meta_restore_copy_t *copies, uint32_t ncopies, char *err, size_t errlen)
 {
     (void)arg;
     (void)err;
     (void)errlen;
     assert_string_equal(t, "rt");
+    assert_int_equal(ncopies, ps->nreplicas); /* every member is a replica */
     for (uint32_t k = 0; k < ps->nreplicas; k++) {
         if (p == 1)
             continue; /* missing */
@@ -157,11 +159,13 @@ typedef struct {
 } told_t;
 
 static void told_cb(void *arg, const char *t, uint32_t p, const tn_pstate_t *old,
-                    const tn_pstate_t *now, const tn_meta_restore_copy_t *copies, int best)
+                    const tn_pstate_t *now, const tn_meta_restore_copy_t *copies, uint32_t ncopies,
+                    int best)
 {
     (void)t;
     (void)old;
     (void)copies;
+    (void)ncopies;
     told_t *x = arg;
     x->told++;
     if (best < 0) {
@@ -172,8 +176,9 @@ static void told_cb(void *arg, const char *t, uint32_t p, const tn_pstate_t *old
 }
 
 static int fail_cb(void *arg, const char *t, uint32_t p, const tn_pstate_t *ps,
-                   tn_meta_restore_copy_t *copies, char *err, size_t errlen)
+                   tn_meta_restore_copy_t *copies, uint32_t ncopies, char *err, size_t errlen)
 {
+    (void)ncopies;
     (void)arg;
     (void)t;
     (void)p;
@@ -301,6 +306,159 @@ static void test_rewrite_snapshot(void **state)
     tn_buf_fini(&snap);
 }
 
+/* --- a copy on a member the snapshot no longer lists (restore.h step 3a) --------- */
+
+static void test_nonreplica_copy_state(void **state)
+{
+    (void)state;
+    /* A move from {1} to {2} completed after node 1's copy was taken and
+     * before the snapshot restored: replicas {2}, whose copy is empty. */
+    tn_pstate_t old;
+    memset(&old, 0, sizeof(old));
+    old.nreplicas = 1;
+    old.replicas[0] = 2;
+    old.leader = 2;
+    old.leader_epoch = 2;
+    old.partition_epoch = 7;
+    old.nisr = 1;
+    old.isr[0].node = 2;
+    old.min_insync = 1;
+    tn_meta_restore_copy_t c[3] = {COPY(2, 0, 0), COPY(1, 1, 5), MISSING(3)};
+    int best = tn_meta_restore_choose(c, 3);
+    assert_int_equal(best, 1);
+    tn_pstate_t now;
+    assert_int_equal(tn_meta_restore_pstate(&old, c, 3, best, 0xabc, &now), 0);
+    assert_int_equal(now.leader, 1);
+    assert_int_equal(now.nreplicas, 2);
+    assert_int_equal(now.replicas[0], 1); /* first: the factor's move keeps it */
+    assert_int_equal(now.replicas[1], 2);
+    assert_int_equal(now.nisr, 1);
+    assert_int_equal(now.isr[0].node, 1);
+    assert_true(now.isr[0].incarnation == 0xabc);
+    assert_int_equal(now.leader_epoch, 3);
+    assert_int_equal(now.ntarget, 0);
+
+    /* A replica's copy as good as the other member's: the replica (ties
+     * go to the earlier copy), nothing added. */
+    tn_meta_restore_copy_t tie[2] = {COPY(2, 1, 5), COPY(1, 1, 5)};
+    assert_int_equal(tn_meta_restore_choose(tie, 2), 0);
+    assert_int_equal(tn_meta_restore_pstate(&old, tie, 2, 0, 0xabc, &now), 0);
+    assert_int_equal(now.nreplicas, 1);
+    assert_int_equal(now.leader, 2);
+
+    /* A move under way in the snapshot (target {3}, old {2}): the member
+     * joins as an old replica, last, so replicas stays the target
+     * followed by the old replicas not in it. */
+    tn_pstate_t mv = old;
+    mv.nreplicas = 2;
+    mv.replicas[0] = 3;
+    mv.replicas[1] = 2;
+    mv.ntarget = 1;
+    mv.target[0] = 3;
+    mv.nold = 1;
+    mv.old[0] = 2;
+    mv.move_id = 99;
+    tn_meta_restore_copy_t cm[3] = {COPY(3, 0, 0), COPY(2, 0, 0), COPY(1, 1, 5)};
+    best = tn_meta_restore_choose(cm, 3);
+    assert_int_equal(best, 2);
+    assert_int_equal(tn_meta_restore_pstate(&mv, cm, 3, best, 0xabc, &now), 0);
+    assert_int_equal(now.leader, 1);
+    assert_int_equal(now.nreplicas, 3);
+    uint32_t want_r[3] = {3, 2, 1};
+    assert_memory_equal(now.replicas, want_r, sizeof(want_r));
+    assert_int_equal(now.nold, 2);
+    assert_int_equal(now.old[1], 1);
+    assert_int_equal(now.ntarget, 1);
+    assert_true(now.move_id == 99);
+
+    /* No room for another replica: refused, not lost. */
+    tn_pstate_t full = old;
+    full.nreplicas = TN_PSTATE_MAX_REPLICAS;
+    tn_meta_restore_copy_t cf[TN_PSTATE_MAX_REPLICAS + 1];
+    for (uint32_t i = 0; i < TN_PSTATE_MAX_REPLICAS; i++) {
+        full.replicas[i] = 10 + i;
+        cf[i] = (tn_meta_restore_copy_t)MISSING(10 + i);
+    }
+    cf[TN_PSTATE_MAX_REPLICAS] = (tn_meta_restore_copy_t)COPY(1, 1, 5);
+    best = tn_meta_restore_choose(cf, TN_PSTATE_MAX_REPLICAS + 1);
+    assert_int_equal(best, TN_PSTATE_MAX_REPLICAS);
+    memset(&now, 0x5a, sizeof(now));
+    assert_int_equal(
+        tn_meta_restore_pstate(&full, cf, TN_PSTATE_MAX_REPLICAS + 1, best, 0xabc, &now), UV_E2BIG);
+}
+
+/* The copies of a backup whose snapshot was taken after rm/0 moved off
+ * the member *arg (factor 2): its replicas have empty copies, *arg the
+ * whole one. copies[ps->nreplicas..) are the other members'. */
+static int moved_cb(void *arg, const char *t, uint32_t p, const tn_pstate_t *ps,
+                    tn_meta_restore_copy_t *copies, uint32_t ncopies, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    uint32_t *holder = arg;
+    assert_string_equal(t, "rm");
+    assert_int_equal(p, 0);
+    assert_int_equal(ncopies, 4); /* the two replicas, then the two other members */
+    for (uint32_t k = 0; k < ncopies; k++) {
+        assert_int_equal(k < ps->nreplicas,
+                         copies[k].node == ps->replicas[0] || copies[k].node == ps->replicas[1]);
+        if (k < ps->nreplicas)
+            copies[k].present = true; /* empty */
+        else if (copies[k].node == *holder) {
+            copies[k].present = true;
+            copies[k].last_epoch = copies[k].max_epoch = 1;
+            copies[k].log_end = 5;
+        }
+    }
+    return 0;
+}
+
+static void test_rewrite_nonreplica_copy(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    for (uint64_t id = 1; id <= 4; id++) {
+        tn_meta_cmd_t c = tu_meta_rec_cmd(id, 0x100 + id, 0x900 + id);
+        assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    }
+    tn_meta_cmd_t t = tu_meta_native_topic_cmd("rm", 1, 2, 1);
+    assert_int_equal(tn_meta_state_apply(&s, &t), 0);
+    const tn_pstate_t *ps0 = tn_meta_state_pstate(&s, "rm", 0);
+    assert_non_null(ps0);
+    assert_int_equal(ps0->nreplicas, 2);
+    uint32_t r0 = ps0->replicas[0], r1 = ps0->replicas[1];
+    uint32_t holder = 4;
+    while (holder == r0 || holder == r1)
+        holder--;
+    tn_buf_t snap, out;
+    tn_buf_init(&snap);
+    tn_buf_init(&out);
+    assert_int_equal(tn_meta_state_snapshot(&s, &snap), 0);
+    tn_meta_state_fini(&s);
+    const char *bid = "feedfacefeedfacefeedfacefeedface";
+    const uint64_t members[4] = {1, 2, 3, 4};
+    char err[300];
+    assert_int_equal(tn_meta_restore_rewrite(tn_buf_data(&snap), tn_buf_size(&snap), bid, members,
+                                             4, moved_cb, NULL, &holder, &out, err, sizeof(err)),
+                     0);
+    tn_meta_state_init(&s);
+    assert_int_equal(tn_meta_state_restore(&s, tn_buf_data(&out), tn_buf_size(&out)), 0);
+    const tn_pstate_t *ps = tn_meta_state_pstate(&s, "rm", 0);
+    assert_non_null(ps);
+    assert_int_equal(ps->leader, holder);
+    assert_int_equal(ps->nreplicas, 3);
+    assert_int_equal(ps->replicas[0], holder);
+    assert_int_equal(ps->replicas[1], r0);
+    assert_int_equal(ps->replicas[2], r1);
+    assert_int_equal(ps->nisr, 1);
+    assert_true(ps->isr[0].incarnation == tn_meta_restore_incarnation(bid, holder));
+    assert_true(tn_meta_state_owner(&s, "rm", 0) == holder);
+    tn_meta_state_fini(&s);
+    tn_buf_fini(&out);
+    tn_buf_fini(&snap);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -308,6 +466,8 @@ int main(void)
         cmocka_unit_test(test_rewritten_state),
         cmocka_unit_test(test_incarnations),
         cmocka_unit_test(test_rewrite_snapshot),
+        cmocka_unit_test(test_nonreplica_copy_state),
+        cmocka_unit_test(test_rewrite_nonreplica_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
