@@ -31,20 +31,10 @@ import subprocess
 import sys
 
 import harness
+import test_repl_restore as rr
 from harness import PASSWORD, ClusterTest, wait_until
 
-TERNCTL = None
-OCTET = {"Content-Type": "application/octet-stream"}
-CLIENT = {"X-Tern-Client": "test-backup-move"}
-
-
-def ternctl(*args, port=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
-    if port is not None:
-        env.update(TERN_URL=f"http://127.0.0.1:{port}", TERN_USER="admin",
-                   TERN_PASSWORD=PASSWORD)
-    return subprocess.run([TERNCTL, *args], env=env, capture_output=True, text=True,
-                          timeout=300)
+OCTET, ternctl = rr.OCTET, rr.ternctl
 
 
 class BackupMoveTest(ClusterTest):
@@ -89,7 +79,7 @@ class BackupMoveTest(ClusterTest):
                    TERN_PASSWORD=PASSWORD)
         backup = None
         try:
-            backup = subprocess.Popen([TERNCTL, "backup", bdir], env=env,
+            backup = subprocess.Popen([rr.TERNCTL, "backup", bdir], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True)
             wait_until("C's snapshot held, A's and B's files pinned", lambda: (
@@ -146,21 +136,9 @@ class BackupMoveTest(ClusterTest):
                                  b"after-restore", headers=OCTET, timeout=30)
         self.assertEqual(st, 202, body)
         acked.append("after-restore")
-        got = set()
-        for _ in range(60):
-            if set(acked) <= got:
-                break
-            st, body = first.request("GET", "/v1/topics/bm/consume?max=100&wait=1s",
-                                     headers=CLIENT, timeout=30)
-            self.assertIn(st, (200, 204), body)
-            if st == 204:
-                continue
-            got |= {m["payload"] for m in body["messages"]}
-            st, res = first.request("POST", "/v1/topics/bm/ack/batch",
-                                    [m["receipt_handle"] for m in body["messages"]],
-                                    headers=CLIENT, timeout=30)
-            self.assertEqual(st, 200, res)
-        self.assertEqual(sorted(set(acked) - got), [],
+        got = {}
+        rr.ReplRestore.consume_until(self, c, "bm", set(acked), got)
+        self.assertEqual(sorted(set(acked) - set(got)), [],
                          "acknowledged before the backup, not served after the restore")
         self.stop_all(c)
         for n in c.nodes:
@@ -168,8 +146,7 @@ class BackupMoveTest(ClusterTest):
 
 
 def configure(args):
-    global TERNCTL
-    TERNCTL = os.path.abspath(args.ternctl)
+    rr.TERNCTL = os.path.abspath(args.ternctl)
 
 
 if __name__ == "__main__":

@@ -133,6 +133,16 @@ static void test_incarnations(void **state)
 
 /* --- the rewrite of a snapshot -------------------------------------------------- */
 
+/* s initialised with members 1..n registered. */
+static void members_up(tn_meta_state_t *s, uint64_t n)
+{
+    tn_meta_state_init(s);
+    for (uint64_t id = 1; id <= n; id++) {
+        tn_meta_cmd_t c = tu_meta_rec_cmd(id, 0x100 + id, 0x900 + id);
+        assert_int_equal(tn_meta_state_apply(s, &c), 0);
+    }
+}
+
 /* The copies a test backup holds: partition 0 has node 3 ahead; partition
  * 1 has no copy at all. */
 static int copies_cb(void *arg, const char *t, uint32_t p, const tn_pstate_t *ps,
@@ -192,11 +202,7 @@ static void test_rewrite_snapshot(void **state)
 {
     (void)state;
     tn_meta_state_t s;
-    tn_meta_state_init(&s);
-    for (uint64_t id = 1; id <= 3; id++) {
-        tn_meta_cmd_t c = tu_meta_rec_cmd(id, 0x100 + id, 0x900 + id);
-        assert_int_equal(tn_meta_state_apply(&s, &c), 0);
-    }
+    members_up(&s, 3);
     tn_meta_cmd_t t = tu_meta_native_topic_cmd("rt", 2, 3, 2);
     assert_int_equal(tn_meta_state_apply(&s, &t), 0);
     /* Channels: one stamped (meta/cmd.h CHANNEL_PUT), one an older
@@ -417,11 +423,7 @@ static void test_rewrite_nonreplica_copy(void **state)
 {
     (void)state;
     tn_meta_state_t s;
-    tn_meta_state_init(&s);
-    for (uint64_t id = 1; id <= 4; id++) {
-        tn_meta_cmd_t c = tu_meta_rec_cmd(id, 0x100 + id, 0x900 + id);
-        assert_int_equal(tn_meta_state_apply(&s, &c), 0);
-    }
+    members_up(&s, 4);
     tn_meta_cmd_t t = tu_meta_native_topic_cmd("rm", 1, 2, 1);
     assert_int_equal(tn_meta_state_apply(&s, &t), 0);
     const tn_pstate_t *ps0 = tn_meta_state_pstate(&s, "rm", 0);
