@@ -15,6 +15,10 @@
 #define DEFAULT_FORWARD_MS    10000
 /* A JOIN may wait for the joiner to catch up before it is a voter. */
 #define JOIN_CALL_MS 10000
+/* A leader that did not know META_PROPOSE_AT (an older build) is sent
+ * META_PROPOSE for this long before it is asked again (it may have been
+ * upgraded meanwhile). */
+#define PLAIN_PROPOSE_MS 60000
 
 #define JSON "application/json"
 
@@ -37,6 +41,8 @@ struct tn_control_s {
     bool admitted;
     bool closing;
     bool timer_closed;
+    uint64_t plain_leader; /* answered META_PROPOSE_AT 400 (an older build) ... */
+    uint64_t plain_until;  /* ... so sent META_PROPOSE until then (loop ms) */
     unsigned join_inflight;
     unsigned refs;       /* join calls, forwards and handlers that still use c */
     pending_t *pending;  /* handlers waiting for the metastore */
@@ -44,7 +50,7 @@ struct tn_control_s {
     join_call_t *join_calls;
     relay_t *relays; /* JOINs a follower passes on to the leader */
     uv_timer_t join_timer;
-    tn_rpc_handler_t handlers[4];
+    tn_rpc_handler_t handlers[5];
     void (*close_cb)(void *arg);
     void *close_arg;
 };
@@ -66,6 +72,7 @@ struct pending_s {
     tn_rpc_req_t *req;
     pending_t *prev, *next;
     tn_meta_req_t mreq; /* META_PROPOSE */
+    bool at;            /* META_PROPOSE_AT: the answer carries the index */
     uint64_t id;        /* JOIN */
 };
 
@@ -76,6 +83,10 @@ struct forward_s {
     forward_t *prev, *next;
     tn_meta_forward_done done;
     void *done_arg;
+    uint64_t leader;
+    bool at;      /* sent as META_PROPOSE_AT */
+    tn_buf_t cmd; /* the request's fields, for META_PROPOSE after a 400 */
+    char addr[TN_META_ADDR_MAX + 1];
 };
 
 /* A JOIN that reached a follower, passed on to the leader and answered
@@ -134,6 +145,20 @@ static void reply_int(tn_rpc_req_t *req, int32_t v)
     tn_buf_t b;
     tn_buf_init(&b);
     if (tn_wire_put_i32(&b, v) != 0) {
+        tn_buf_fini(&b);
+        tn_rpc_reply_error(req, 503, "out of memory");
+        return;
+    }
+    tn_rpc_reply(req, 200, "application/x-tern-int", tn_buf_data(&b), tn_buf_size(&b));
+    tn_buf_fini(&b);
+}
+
+/* META_PROPOSE_AT's answer: status and the entry's index. */
+static void reply_at(tn_rpc_req_t *req, int32_t status, uint64_t index)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    if (tn_wire_propose_at_reply_encode(&b, status, index) != 0) {
         tn_buf_fini(&b);
         tn_rpc_reply_error(req, 503, "out of memory");
         return;
@@ -201,6 +226,8 @@ static void on_proposed(tn_meta_req_t *mreq, int status)
 {
     pending_t *p = mreq->data;
     tn_control_t *c = p->c;
+    bool at = p->at;
+    uint64_t index = mreq->index;
     tn_rpc_req_t *req = pending_end(p);
     if (c == NULL) /* detached at close, answered then */
         return;
@@ -212,14 +239,16 @@ static void on_proposed(tn_meta_req_t *mreq, int status)
         reply_not_leader(c, req);
     else if (status == TN_ECLOSED || status == TN_ENOLEADER)
         tn_rpc_reply_error(req, 503, tn_strerror(status));
+    else if (at)
+        reply_at(req, status, index);
     else
         reply_int(req, status); /* the state machine's answer */
     unref(c);
 }
 
-static void on_meta_propose(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+/* META_PROPOSE, or META_PROPOSE_AT (at: the answer says where). */
+static void propose(tn_control_t *c, tn_rpc_req_t *req, const uint8_t *payload, size_t len, bool at)
 {
-    tn_control_t *c = arg;
     tn_wire_in_t in;
     const uint8_t *cmd = NULL;
     size_t clen = 0;
@@ -236,6 +265,7 @@ static void on_meta_propose(tn_rpc_req_t *req, const uint8_t *payload, size_t le
     pending_t *p = pending_begin(c, req);
     if (p == NULL)
         return;
+    p->at = at;
     int rc = tn_meta_propose_encoded(c->meta, &p->mreq, cmd, clen, on_proposed);
     if (rc == 0)
         return;
@@ -249,6 +279,16 @@ static void on_meta_propose(tn_rpc_req_t *req, const uint8_t *payload, size_t le
         tn_rpc_reply_error(req, 400, "unsupported metastore command");
     else
         tn_rpc_reply_error(req, 503, tn_strerror(rc));
+}
+
+static void on_meta_propose(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    propose(arg, req, payload, len, false);
+}
+
+static void on_meta_propose_at(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    propose(arg, req, payload, len, true);
 }
 
 /* --- JOIN, on the leader ------------------------------------------------------------ */
@@ -482,42 +522,81 @@ static void on_node_status(tn_rpc_req_t *req, const uint8_t *payload, size_t len
 
 /* --- the forward hook, on a follower --------------------------------------------- */
 
-static void forward_reply(tn_meta_forward_done done, void *done_arg, int status,
+static void forward_reply(tn_meta_forward_done done, void *done_arg, bool at, int status,
                           const tn_wire_reply_t *reply, const char *err)
 {
     if (status != 0) {
         /* Not sent again: the leader may have applied it. */
         TN_LOG_RL(TN_LOG_WARN, 10000, "cluster: a proposal forwarded to the leader failed: %s",
                   err);
-        done(done_arg, status);
+        done(done_arg, status, 0);
         return;
     }
     if (reply->status == 200) {
-        tn_wire_in_t in;
         int32_t rc = 0;
-        tn_wire_in_init(&in, reply->body, reply->body_len);
-        tn_wire_get_i32(&in, &rc);
-        done(done_arg, tn_wire_end(&in) == 0 ? rc : TN_EPROTO);
+        uint64_t index = 0;
+        int dec = 0;
+        if (at) {
+            dec = tn_wire_propose_at_reply_decode(reply->body, reply->body_len, &rc, &index);
+        } else {
+            tn_wire_in_t in;
+            tn_wire_in_init(&in, reply->body, reply->body_len);
+            tn_wire_get_i32(&in, &rc);
+            dec = tn_wire_end(&in);
+        }
+        done(done_arg, dec == 0 ? rc : TN_EPROTO, dec == 0 ? index : 0);
     } else if (reply->status == 421) {
-        done(done_arg, TN_ENOTLEADER);
+        done(done_arg, TN_ENOTLEADER, 0);
     } else if (reply->status == 503) {
-        done(done_arg, TN_ENOLEADER);
+        done(done_arg, TN_ENOLEADER, 0);
     } else if (reply->status == 400) {
-        done(done_arg, UV_ENOTSUP); /* a leader of an older build */
+        done(done_arg, UV_ENOTSUP, 0); /* a leader of an older build */
     } else {
-        done(done_arg, TN_EFAILED);
+        done(done_arg, TN_EFAILED, 0);
     }
+}
+
+/* The RPC server's answer to an opcode it does not know (cluster/rpc.c). */
+static bool unknown_op(const tn_wire_reply_t *reply)
+{
+    static const char unsupported[] = "{\"error\":\"unsupported rpc operation\"}";
+    return reply->status == 400 && reply->body_len == sizeof(unsupported) - 1 &&
+           memcmp(reply->body, unsupported, reply->body_len) == 0;
+}
+
+static void on_forward_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err);
+
+static int forward_send(tn_control_t *c, forward_t *f)
+{
+    return tn_rpc_call(c->rpc, f->addr, f->at ? TN_OP_META_PROPOSE_AT : TN_OP_META_PROPOSE,
+                       tn_buf_data(&f->cmd), tn_buf_size(&f->cmd), c->forward_ms, on_forward_reply,
+                       f, &f->call);
 }
 
 static void on_forward_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
 {
     forward_t *f = arg;
     tn_control_t *c = f->c;
+    if (status == 0 && f->at && unknown_op(reply) && !c->closing) {
+        /* A leader of an older build: META_PROPOSE, which it knows (the
+         * answer has no index; the metastore confirms with a no-op). Its
+         * 400 says it did not look at the command. */
+        c->plain_leader = f->leader;
+        c->plain_until = uv_now(c->loop) + PLAIN_PROPOSE_MS;
+        f->at = false;
+        int rc = forward_send(c, f);
+        if (rc == 0)
+            return;
+        status = rc;
+        err = tn_strerror(rc);
+    }
+    bool at = f->at;
     tn_meta_forward_done done = f->done;
     void *done_arg = f->done_arg;
     LIST_UNLINK(c->forwards, f);
+    tn_buf_fini(&f->cmd);
     tn_free(f);
-    forward_reply(done, done_arg, status, reply, err);
+    forward_reply(done, done_arg, at, status, reply, err);
     unref(c); /* after done: it may forward again */
 }
 
@@ -527,27 +606,31 @@ int tn_control_forward(void *arg, uint64_t leader_id, const char *leader_api_add
     tn_control_t *c = arg;
     if (c->rpc == NULL || c->closing)
         return TN_ECLOSED;
-    tn_buf_t b;
-    tn_buf_init(&b);
-    int rc = tn_wire_put_bytes(&b, cmd, len);
-    forward_t *f = rc == 0 ? tn_calloc(1, sizeof(*f)) : NULL;
-    if (f == NULL) {
-        tn_buf_fini(&b);
+    if (strlen(leader_api_addr) > TN_META_ADDR_MAX)
+        return UV_EINVAL;
+    forward_t *f = tn_calloc(1, sizeof(*f));
+    if (f == NULL)
+        return UV_ENOMEM;
+    tn_buf_init(&f->cmd);
+    if (tn_wire_put_bytes(&f->cmd, cmd, len) != 0) {
+        tn_buf_fini(&f->cmd);
+        tn_free(f);
         return UV_ENOMEM;
     }
     f->c = c;
     f->done = done;
     f->done_arg = done_arg;
-    rc = tn_rpc_call(c->rpc, leader_api_addr, TN_OP_META_PROPOSE, tn_buf_data(&b), tn_buf_size(&b),
-                     c->forward_ms, on_forward_reply, f, &f->call);
-    tn_buf_fini(&b);
+    f->leader = leader_id;
+    f->at = !(c->plain_leader == leader_id && uv_now(c->loop) < c->plain_until);
+    snprintf(f->addr, sizeof(f->addr), "%s", leader_api_addr);
+    int rc = forward_send(c, f);
     if (rc != 0) {
+        tn_buf_fini(&f->cmd);
         tn_free(f);
     } else {
         LIST_LINK(c->forwards, f);
         c->refs++;
     }
-    (void)leader_id;
     return rc;
 }
 
@@ -666,6 +749,7 @@ int tn_control_new(uv_loop_t *loop, const tn_control_opts_t *o, tn_control_t **o
         {TN_OP_JOIN, TN_RPC_OP_EXEMPT, on_join, c},
         {TN_OP_LEADER_INDEX, TN_RPC_OP_EXEMPT, on_leader_index, c},
         {TN_OP_NODE_STATUS, 0, on_node_status, c},
+        {TN_OP_META_PROPOSE_AT, TN_RPC_OP_COMMIT, on_meta_propose_at, c},
     };
     memcpy(c->handlers, h, sizeof(h));
     uv_timer_init(loop, &c->join_timer);

@@ -9,11 +9,16 @@
  *      leader and calls the forward hook (tn_control_forward) with the
  *      encoded command and the leader's API address from its member
  *      record.
- *   2. The hook sends META_PROPOSE to that address over node RPC (the
+ *   2. The hook sends META_PROPOSE_AT to that address over node RPC (the
  *      control lane). The leader's handler proposes the bytes as they are
  *      (tn_meta_propose_encoded) and answers 200 with the state machine's
- *      answer once the entry is applied there.
- *   3. The follower's metastore hands that answer to the door. A leader
+ *      answer and the entry's log index once the entry is applied there.
+ *      A leader of an older build answers 400 "unsupported rpc operation"
+ *      (it does not know the opcode): the hook sends the same bytes as
+ *      META_PROPOSE, whose answer has no index, and keeps sending
+ *      META_PROPOSE to that leader for PLAIN_PROPOSE_MS (60 s).
+ *   3. The follower's metastore hands that answer (and the index: its
+ *      replica waits to apply it, meta.h) to the door. A leader
  *      that is no longer one answers 421; the metastore sends the command
  *      again to the leader it learns of, within the proposal's deadline.
  *      A call that failed in transport is not sent again (it may have been

@@ -1135,6 +1135,32 @@ int tn_wire_perrs_reply_decode(const void *p, size_t len, const uint32_t *parts,
     return tn_wire_end(&in);
 }
 
+/* --- META_PROPOSE_AT -------------------------------------------------------------- */
+
+int tn_wire_propose_at_reply_encode(tn_buf_t *b, int32_t status, uint64_t index)
+{
+    size_t at = b->len;
+    int rc;
+    if ((rc = tn_wire_put_i32(b, status)) != 0 || (rc = tn_wire_put_u64(b, index)) != 0)
+        b->len = at;
+    return rc;
+}
+
+int tn_wire_propose_at_reply_decode(const void *p, size_t len, int32_t *status, uint64_t *index)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    *status = 0;
+    *index = 0;
+    if (tn_wire_get_i32(&in, status) != 0 || tn_wire_get_u64(&in, index) != 0 ||
+        tn_wire_end(&in) != 0) {
+        *status = 0;
+        *index = 0;
+        return TN_EPROTO;
+    }
+    return 0;
+}
+
 #define MOVEPROG_KNOWN (TN_WIRE_MOVEPROG_BYTES | TN_WIRE_MOVEPROG_LAG)
 
 int tn_wire_moveprog_reply_encode(tn_buf_t *b, const tn_wire_moveprog_reply_t *r)
@@ -1422,6 +1448,7 @@ static const struct {
     [TN_OP_MOVE_PROGRESS] = {"move_progress", TN_LANE_CONTROL},
     [TN_OP_REPLICA_ERROR] = {"replica_error", TN_LANE_REPLICA},
     [TN_OP_PERRS] = {"perrs", TN_LANE_CONTROL},
+    [TN_OP_META_PROPOSE_AT] = {"meta_propose_at", TN_LANE_CONTROL},
 };
 
 const char *tn_wire_op_name(uint8_t op)
@@ -1450,6 +1477,7 @@ int tn_wire_request_check(const void *p, size_t len)
     switch ((tn_wire_op_t)op) {
     case TN_OP_ECHO:
     case TN_OP_META_PROPOSE:
+    case TN_OP_META_PROPOSE_AT:
         (void)tn_wire_get_bytes(&in, TN_WIRE_MAX_PAYLOAD, &bytes, &n);
         break;
     case TN_OP_JOIN:

@@ -316,6 +316,17 @@ typedef enum {
      * topic name. An older callee answers 400 (an unknown opcode): the
      * caller shows no errors for those partitions, nothing else. */
     TN_OP_PERRS = 20,
+    /* META_PROPOSE whose answer also says where the entry is: a follower
+     * waits until its own replica has applied that index before it
+     * answers a change it may read back (meta/meta.h). Control lane.
+     * Fields: META_PROPOSE's (bytes command). Reply 200
+     * application/x-tern-int: [4] signed big-endian state machine answer,
+     * [8] the log index at which the leader applied the entry (0: not
+     * applied, an answer such as a failed write); 421 and 503 as
+     * META_PROPOSE. An older callee answers 400 "unsupported rpc
+     * operation" (an unknown opcode): the caller sends META_PROPOSE
+     * instead and confirms with a no-op, as before. */
+    TN_OP_META_PROPOSE_AT = 21,
     TN_OP__COUNT
 } tn_wire_op_t;
 
@@ -692,6 +703,18 @@ int tn_wire_purge_encode(tn_buf_t *b, const char *topic, int64_t created_at_ms);
  * trailing, a topic empty, over 255 bytes or holding a NUL, a negative
  * created_at_ms), with a sentence in err (may be NULL). */
 int tn_wire_purge_decode(const void *p, size_t len, tn_wire_purge_t *out, char *err, size_t errlen);
+
+/* --- META_PROPOSE_AT -------------------------------------------------------------- */
+
+#define TN_WIRE_PROPOSE_AT_REPLY 12 /* a 200 reply's size */
+
+/* Append a META_PROPOSE_AT 200 reply body to b: the state machine's answer
+ * and the entry's log index (0: not applied). 0 or UV_ENOMEM; on failure b
+ * is as it was. */
+int tn_wire_propose_at_reply_encode(tn_buf_t *b, int32_t status, uint64_t index);
+/* Exact decode of a META_PROPOSE_AT 200 reply body. 0 or TN_EPROTO
+ * (another size). */
+int tn_wire_propose_at_reply_decode(const void *p, size_t len, int32_t *status, uint64_t *index);
 
 /* --- MOVE_PROGRESS ---------------------------------------------------------------- */
 

@@ -161,6 +161,14 @@ struct tn_meta_s {
     raft_term lead_term;    /* the term whose barrier applied here (0: none) */
     raft_term lead_asked;   /* the term lead_barrier was asked in */
     bool lead_barrier_busy; /* lead_barrier is in libraft */
+    /* A follower waiting to read back its forwarded change learns that it
+     * is committed with the leader's next AppendEntries, a heartbeat (100
+     * ms) later unless an entry goes out first: after applying such a
+     * change the leader appends a barrier, whose AppendEntries carry the
+     * new commit index at once (push_commit). */
+    struct raft_barrier push_barrier;
+    bool push_wanted; /* a forwarded change applied since push_barrier went out */
+    bool push_busy;   /* push_barrier is in libraft */
     /* tn_meta_transfer (meta.h): a barrier finds the voters that answer,
      * then raft_transfer to one of them. */
     struct raft_barrier xfer_barrier;
@@ -291,11 +299,13 @@ struct fwd_s {
     fwd_t *prev, *next;
 };
 
-/* A tn_meta_confirm through a NOOP (a follower's). */
+/* A tn_meta_confirm through a NOOP (a follower's), or a wait until this
+ * replica has applied a log index the leader named (wait_applied). */
 struct confirm_s {
     tn_meta_t *m;
     struct raft_barrier barrier;
     tn_meta_req_t req;
+    uint64_t index;    /* a wait for this index (answered from the start); 0: a NOOP's */
     uint64_t nonce;    /* of its NOOP, with this node's id */
     uint64_t deadline; /* loop ms */
     int status;
@@ -324,6 +334,7 @@ struct join_s {
 /* --- the state machine, as libraft sees it --------------------------------------- */
 
 static void confirm_applied(tn_meta_t *m, uint64_t nonce);
+static void wake(tn_meta_t *m);
 static void note_heard(tn_meta_t *m, uint64_t id, uint64_t now);
 static bool rejoined(const tn_meta_t *m, uint64_t id);
 
@@ -393,6 +404,8 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
             note_heard(m, c.member.id, uv_now(m->loop));
         if (c.type == TN_MC_NOOP && c.member.id == m->id)
             confirm_applied(m, c.nonce);
+        else if (m->confirms != NULL)
+            wake(m); /* a wait by index may be done (run_confirms) */
         if (m->leading && (c.type == TN_MC_REMOTE_PUT || c.type == TN_MC_REMOTE_DELETE ||
                            c.type == TN_MC_REMOTE_CHILD_PUT || c.type == TN_MC_REMOTE_CHILD_DELETE))
             tn_meta_remote_audit(c.type, c.remote, rc); /* the leader's audit line */
@@ -494,6 +507,11 @@ static void on_applied(struct raft_apply *a, int status, void *result)
                                                                          : TN_EFAILED;
     else
         rc = (int)(intptr_t)result;
+    req->index = status == 0 ? a->index : 0;
+    if (status == 0 && req->push) {
+        req->meta->push_wanted = true;
+        wake(req->meta); /* push_commit, from the tick: not inside libraft's apply */
+    }
     req->cb(req, answer(req, rc));
 }
 
@@ -859,6 +877,8 @@ static bool read_back(uint8_t type)
 
 static int confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int status),
                          void *arg);
+static int wait_applied(tn_meta_t *m, uint64_t index, uint64_t until,
+                        void (*cb)(void *arg, int status), void *arg);
 
 static void on_applied_here(void *arg, int status)
 {
@@ -873,7 +893,7 @@ static void on_applied_here(void *arg, int status)
     req->cb(req, status == 0 || !removes_record(req->type) ? answer(req, answered) : status);
 }
 
-static void on_forwarded(void *arg, int status)
+static void on_forwarded(void *arg, int status, uint64_t index)
 {
     fwd_t *f = arg;
     tn_meta_t *m = f->m;
@@ -896,20 +916,30 @@ static void on_forwarded(void *arg, int status)
         return;
     }
     raft_free(req->buf.base);
+    req->index = index;
     /* answer: a copy sent again that finds its change made succeeded too
      * (the first copy's answer lost), and is read back the same way. */
     if (((status == 0 || status == TN_ENOTFOUND) && removes_record(req->type)) ||
         (answer(req, status) == 0 && read_back(req->type))) {
+        if (index != 0 && raft_last_applied(&m->raft) >= index) {
+            req->cb(req, answer(req, status)); /* here already */
+            return;
+        }
         applied_here_t *h = tn_malloc(sizeof(*h));
         int rc = h != NULL ? 0 : UV_ENOMEM;
         if (h != NULL) {
             h->req = req;
             h->status = status;
             /* A change read back waits within the write's own budget (a
-             * write has PROPOSE_MS in all); a deletion's confirmation has
-             * its own bounds (docs/cluster.md "Deleting through a
-             * follower"). */
-            rc = confirm_until(m, removes_record(req->type) ? 0 : req->expires, on_applied_here, h);
+             * write has PROPOSE_MS in all); a deletion's wait has its own
+             * bounds (docs/cluster.md "Deleting through a follower"). The
+             * leader named the entry's index: this replica applying it is
+             * enough. A leader of an older build did not: a no-op of this
+             * node's, through the leader and applied here, follows
+             * everything committed before it. */
+            uint64_t until = removes_record(req->type) ? 0 : req->expires;
+            rc = index != 0 ? wait_applied(m, index, until, on_applied_here, h)
+                            : confirm_until(m, until, on_applied_here, h);
             if (rc == 0)
                 return;
             tn_free(h);
@@ -1129,6 +1159,8 @@ int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn
     req->type = c->type;
     req->if_absent = c->if_absent;
     req->resent = false;
+    req->push = false;
+    req->index = 0;
     req->avoid = 0;
     req->expires = uv_now(m->loop) + PROPOSE_MS;
     if (raft_state(&m->raft) == RAFT_LEADER && m->waiting == NULL && submit_try(m, req) == 0)
@@ -1185,6 +1217,10 @@ int tn_meta_propose_encoded(tn_meta_t *m, tn_meta_req_t *req, const void *buf, s
     req->next = NULL;
     req->type = type;
     req->resent = false;
+    req->index = 0;
+    /* A follower's change that it waits to read back (or its NOOP, an
+     * older build's way to wait). */
+    req->push = read_back(type) || removes_record(type) || type == TN_MC_NOOP;
     rc = submit_try(m, req);
     if (rc != 0)
         raft_free(req->buf.base); /* answered by the caller, not through cb */
@@ -1860,14 +1896,18 @@ static void on_confirm_noop(tn_meta_req_t *req, int status)
 
 /* Answered 0 by the leader: done once applied here too (then every
  * entry committed before the confirmation is in this replica), or
- * UV_ETIMEDOUT at the deadline. */
+ * UV_ETIMEDOUT at the deadline. A wait by index: done once this replica
+ * applied it. */
 static void run_confirms(tn_meta_t *m)
 {
     uint64_t now = uv_now(m->loop);
+    uint64_t applied = raft_last_applied(&m->raft);
     confirm_t *c = m->confirms;
     while (c != NULL && !m->closing) {
         confirm_t *next = c->next;
-        if (c->answered && c->applied)
+        if (c->index != 0 && applied >= c->index)
+            confirm_finish(m, c, 0);
+        else if (c->answered && c->applied)
             confirm_finish(m, c, 0);
         else if (c->answered && now >= c->deadline)
             confirm_finish(m, c, UV_ETIMEDOUT);
@@ -1914,6 +1954,36 @@ static int confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int
         tn_free(c);
     }
     return rc;
+}
+
+/* cb(arg, 0) once this replica has applied index (the leader's answer to
+ * a forward named it: every entry up to it is committed), or UV_ETIMEDOUT
+ * at until (loop ms; 0: 2 * NO_LEADER_MS from now, a confirmation's own
+ * bound) or TN_ECLOSED at close; from the tick, never inside this call.
+ * 0, or UV_ETIMEDOUT / TN_ECLOSED / UV_ENOMEM at once (cb never runs).
+ * No message goes out: the leader sends its commit index at once
+ * (push_commit) and the entries come as they do. */
+static int wait_applied(tn_meta_t *m, uint64_t index, uint64_t until,
+                        void (*cb)(void *arg, int status), void *arg)
+{
+    if (m->closing)
+        return TN_ECLOSED;
+    uint64_t now = uv_now(m->loop);
+    if (until != 0 && now >= until)
+        return UV_ETIMEDOUT;
+    confirm_t *c = tn_calloc(1, sizeof(*c));
+    if (c == NULL)
+        return UV_ENOMEM;
+    c->m = m;
+    c->cb = cb;
+    c->arg = arg;
+    c->index = index;
+    c->answered = true; /* no NOOP to wait for: answered at close like one */
+    c->deadline = until != 0 ? until : now + 2 * (uint64_t)NO_LEADER_MS;
+    c->next = m->confirms;
+    m->confirms = c;
+    wake(m); /* applied meanwhile: the tick finds it */
+    return 0;
 }
 
 int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
@@ -3090,6 +3160,33 @@ static void on_lead_barrier(struct raft_barrier *b, int status)
         wake(m); /* ready, and the caught-up waiters, may follow */
 }
 
+static void on_push_barrier(struct raft_barrier *b, int status)
+{
+    (void)status; /* a lost push costs only time: the heartbeat carries the index */
+    tn_meta_t *m = b->data;
+    m->push_busy = false;
+    if (m->push_wanted && !m->closing)
+        wake(m);
+}
+
+/* A leader that applied a follower's forwarded change (req->push) appends
+ * a barrier: its AppendEntries go to every follower now and carry the
+ * commit index, so the follower waiting to read the change back
+ * (wait_applied, or an older build's NOOP) applies it a round trip later
+ * instead of at the next heartbeat. One barrier at a time; changes applied
+ * while one is out ask for the next. From the tick. */
+static void push_commit(tn_meta_t *m)
+{
+    if (!m->push_wanted || m->push_busy)
+        return;
+    m->push_wanted = false;
+    if (raft_state(&m->raft) != RAFT_LEADER)
+        return;
+    m->push_barrier.data = m;
+    if (raft_barrier(&m->raft, &m->push_barrier, on_push_barrier) == 0)
+        m->push_busy = true;
+}
+
 /* A leader without a barrier applied in its term asks for one. */
 static void lead_barrier(tn_meta_t *m)
 {
@@ -3274,6 +3371,7 @@ static void on_poll(uv_timer_t *t)
     if (m->first_elections)
         first_elections(m);
     lead_barrier(m);
+    push_commit(m);
     bool leader = raft_state(&m->raft) == RAFT_LEADER;
     if (leader && m->leader_since_wall == 0)
         m->leader_since_wall = tn_now_wall_ms();

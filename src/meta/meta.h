@@ -25,16 +25,22 @@
  *      command this build does not know). A forwarded proposal's answer
  *      is the leader's, which may come before this replica has applied
  *      the entry; a TOPIC_DELETE or CHANNEL_DELETE is answered only once
- *      it has (a tn_meta_confirm after the leader's answer; that
- *      confirmation's error if it fails), since the doors delete the
- *      engine's part at the answer and the catalog would make it again
- *      from a record still here (docs/cluster.md "Deleting through a
- *      follower"). A successful change a client may read back from this
+ *      it has (the error of that wait if it fails), since the doors
+ *      delete the engine's part at the answer and the catalog would make
+ *      it again from a record still here (docs/cluster.md "Deleting
+ *      through a follower"). The leader's answer carries the index at
+ *      which it applied the entry (META_PROPOSE_AT), and the follower
+ *      waits until its replica has applied that index (within 10 s);
+ *      from a leader of an older build, which does not say, it confirms
+ *      instead (tn_meta_confirm: a no-op of its own through the leader,
+ *      applied here). The leader sends its commit index to the followers
+ *      at once after applying such an entry (a barrier), rather than with
+ *      its next heartbeat. A successful change a client may read back from this
  *      node (a topic, channel, user or remote put or deleted, a drain,
  *      move, forced leader, rebalance, factor or member removal: meta.c
  *      read_back; a copy sent again answered success by answer(), too)
  *      is answered once this replica has it too, the same
- *      way, but with the leader's answer even if that confirmation fails
+ *      way, but with the leader's answer even if that wait fails
  *      or is still under way when the proposal's PROPOSE_MS are up.
  *
  * A failover under a forwarded proposal: a proposal has PROPOSE_MS (10 s,
@@ -160,6 +166,10 @@ typedef void (*tn_meta_cb)(tn_meta_req_t *req, int status);
 /* Caller-owned; in use until cb. */
 struct tn_meta_req_s {
     void *data;
+    /* Set before cb: the log index of the command's entry once it was
+     * applied (by the leader, as the leader's answer to a forward tells
+     * it); 0 when not applied or not known (a leader of an older build). */
+    uint64_t index;
     /* Private. */
     struct raft_apply apply;
     tn_meta_t *meta;
@@ -173,6 +183,7 @@ struct tn_meta_req_s {
     uint8_t type;   /* the command's, for the answer of a re-sent one */
     bool if_absent; /* likewise */
     bool resent;    /* forwarded more than once */
+    bool push;      /* a follower's, on the leader: its commit goes out at once */
 };
 
 typedef struct {
@@ -183,14 +194,17 @@ typedef struct {
 /* Forwarding a proposal made on a follower to the leader (node RPC):
  * returns 0 (done follows, exactly once, possibly before forward returns)
  * or an error (done never runs). cmd is valid during the call only.
- * done's status: the leader's state-machine answer, or an error
+ * done's index: the log index at which the leader applied the command (0:
+ * not applied, or a leader of an older build that does not say; the
+ * follower then confirms with a no-op instead, above). done's status: the
+ * leader's state-machine answer, or an error
  * (TN_ENOTLEADER when the node asked was not the leader; that and the
  * other failures without the leader's answer send the proposal again
  * while its budget allows: above). cmd's first forward may be followed by
  * others of the same proposal (to a new leader, marked again) before done
  * runs; done must still run once per call, and an abandoned call's is
  * ignored. */
-typedef void (*tn_meta_forward_done)(void *done_arg, int status);
+typedef void (*tn_meta_forward_done)(void *done_arg, int status, uint64_t index);
 typedef int (*tn_meta_forward_fn)(void *arg, uint64_t leader_id, const char *leader_api_addr,
                                   const void *cmd, size_t len, tn_meta_forward_done done,
                                   void *done_arg);

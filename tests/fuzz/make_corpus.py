@@ -196,6 +196,11 @@ def moveprog_reply(known, copied, total, lag):
     return struct.pack(">BQQQ", known, copied, total, lag)
 
 
+def propose_at_reply(status, index):
+    """A META_PROPOSE_AT 200 reply (opcode 21): the answer and the entry's index."""
+    return struct.pack(">iQ", status, index)
+
+
 def replerr_fields(node, incarnation, topic, partition, epoch, error):
     """A REPLICA_ERROR request's fields (opcode 19): a follower's append error."""
     return (struct.pack(">IQ", node, incarnation) + wire_str(topic) +
@@ -333,6 +338,13 @@ def wire_seeds(here):
     write(ps, "seed-perrs-control", perrs_reply([(0, [(1, b"a\nb")])]))
     write(ps, "seed-perrs-short", perrs_reply([(0, [(1, b"abc")])])[:-1])
     write(ps, "seed-perrs-trailing", perrs_reply([(0, [(1, b"abc")])]) + b"\x00")
+    pa = os.path.join(here, "propose_at_reply", "corpus")
+    write(pa, "seed-applied", propose_at_reply(0, 4242))
+    write(pa, "seed-exists", propose_at_reply(-17, 90))
+    write(pa, "seed-not-applied", propose_at_reply(-5, 0))
+    write(pa, "seed-old-reply", struct.pack(">i", 0))
+    write(pa, "seed-short", propose_at_reply(0, 1)[:-1])
+    write(pa, "seed-trailing", propose_at_reply(0, 1) + b"\x00")
     mp = os.path.join(here, "move_progress", "corpus")
     write(mp, "seed-request", moveprog_fields(b"orders", 7))
     write(mp, "seed-long-name", moveprog_fields(b"t" * 255, 0))

@@ -34,6 +34,7 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
     switch ((tn_wire_op_t)op) {
     case TN_OP_ECHO:
     case TN_OP_META_PROPOSE:
+    case TN_OP_META_PROPOSE_AT:
         if (tn_wire_get_bytes(&in, TN_WIRE_MAX_PAYLOAD, &bytes, &n) == 0 &&
             tn_wire_put_bytes(out, bytes, n) != 0)
             abort();

@@ -576,7 +576,7 @@ typedef struct {
 static void on_hop(tn_meta_req_t *req, int status)
 {
     hop_t *h = req->data;
-    h->done(h->done_arg, status);
+    h->done(h->done_arg, status, req->index);
     free(h);
 }
 
@@ -595,7 +595,7 @@ static int forward_hook(void *arg, uint64_t leader, const char *api, const void 
     int rc = tn_meta_propose_encoded(c->m[leader], &h->req, cmd, len, on_hop);
     if (rc != 0) {
         free(h);
-        done(done_arg, rc);
+        done(done_arg, rc, 0);
     }
     return 0;
 }

@@ -65,7 +65,8 @@ typedef struct {
     tn_control_t *ctl[NNODES + 1];
     uint64_t leader, follower; /* of nodes 1 and 2 (of 1..3 once three_settled) */
     uint64_t third;            /* the other one, once three_settled */
-    shim_t shim[NNODES + 1][4];
+    shim_t shim[NNODES + 1][5];
+    bool old[NNODES + 1];       /* the node answers META_PROPOSE_AT as an older build (400) */
     bool ctl_freed[NNODES + 1]; /* its close callback came */
     took_t *took;               /* every request a node's control handlers took */
     size_t ntook;
@@ -146,6 +147,13 @@ static void on_shim(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void 
     assert_non_null(t->fields);
     if (len > 0)
         memcpy(t->fields, payload, len);
+    if (fx.old[s->node] && s->inner.op == TN_OP_META_PROPOSE_AT) {
+        /* What the RPC server of an older build answers an opcode it
+         * does not know (cluster/rpc.c). */
+        static const char unsupported[] = "{\"error\":\"unsupported rpc operation\"}";
+        tn_rpc_reply(req, 400, "application/json", unsupported, strlen(unsupported));
+        return;
+    }
     s->inner.fn(req, payload, len, s->inner.arg);
 }
 
@@ -198,8 +206,8 @@ static void node_open(uint64_t id, bool join_only, const char *const *join, size
 
     size_t nh = 0;
     const tn_rpc_handler_t *ch = tn_control_handlers(fx.ctl[id], &nh);
-    assert_int_equal(nh, 4);
-    tn_rpc_handler_t h[4];
+    assert_int_equal(nh, 5);
+    tn_rpc_handler_t h[5];
     for (size_t i = 0; i < nh; i++) {
         fx.shim[id][i].node = id;
         fx.shim[id][i].inner = ch[i];
@@ -326,13 +334,24 @@ static bool answered(void *arg)
     return ((answer_t *)arg)->done > 0;
 }
 
+/* How many requests for op node's control handlers took from took_from on. */
+static size_t took_n(uint64_t node, uint8_t op)
+{
+    size_t n = 0;
+    for (size_t i = fx.took_from; i < fx.ntook; i++)
+        n += fx.took[i].node == node && fx.took[i].op == op;
+    return n;
+}
+
 /* A proposal made on the follower goes to the leader over node RPC
- * (tn_control_forward, META_PROPOSE) and the follower's callback gets the
- * leader's state-machine answer. */
+ * (tn_control_forward, META_PROPOSE_AT) and the follower's callback gets
+ * the leader's state-machine answer, with the entry's index, once its
+ * own replica has applied it (the read-back). */
 static void test_forward(void **state)
 {
     (void)state;
     uint64_t before = requests_in(fx.leader);
+    fx.took_from = fx.ntook;
     tn_meta_cmd_t t = topic_cmd("orders", true);
     answer_t a = {0, -1};
     tn_meta_req_t req;
@@ -343,12 +362,52 @@ static void test_forward(void **state)
     assert_int_equal(a.status, 0);
     assert_true(requests_in(fx.leader) > before); /* it went over RPC */
     assert_non_null(tn_meta_topic_find(tn_meta_state(fx.m[fx.leader]), "orders"));
+    assert_non_null(tn_meta_topic_find(tn_meta_state(fx.m[fx.follower]), "orders"));
+    assert_int_equal(took_n(fx.leader, TN_OP_META_PROPOSE_AT), 1);
+    assert_int_equal(took_n(fx.leader, TN_OP_META_PROPOSE), 0); /* no no-op confirmation */
+    assert_true(req.index > 0);
+    assert_true(tn_meta_applied_index(fx.m[fx.follower]) >= req.index);
 
     a.done = 0;
     a.status = -1;
     assert_int_equal(tn_meta_propose(fx.m[fx.follower], &req, &t, on_proposed), 0);
     assert_true(run_until(answered, &a));
     assert_int_equal(a.status, UV_EEXIST); /* the leader's answer to an if_absent put */
+}
+
+/* A leader of an older build (META_PROPOSE_AT answered 400 "unsupported
+ * rpc operation"): the follower sends the command again as META_PROPOSE,
+ * whose answer names no index, and confirms with a no-op of its own
+ * (a second META_PROPOSE) before it answers; the next proposal to that
+ * leader goes as META_PROPOSE at once. */
+static void test_forward_to_older_leader(void **state)
+{
+    (void)state;
+    fx.old[fx.leader] = true;
+    fx.took_from = fx.ntook;
+    tn_meta_cmd_t t = topic_cmd("legacy", true);
+    answer_t a = {0, -1};
+    tn_meta_req_t req;
+    memset(&req, 0, sizeof(req));
+    req.data = &a;
+    assert_int_equal(tn_meta_propose(fx.m[fx.follower], &req, &t, on_proposed), 0);
+    assert_true(run_until(answered, &a));
+    assert_int_equal(a.status, 0);
+    assert_int_equal(req.index, 0);
+    assert_non_null(tn_meta_topic_find(tn_meta_state(fx.m[fx.follower]), "legacy"));
+    assert_int_equal(took_n(fx.leader, TN_OP_META_PROPOSE_AT), 1);
+    assert_true(took(fx.leader, TN_OP_META_PROPOSE, NULL, 0));
+    assert_true(took_n(fx.leader, TN_OP_META_PROPOSE) >= 2); /* the command, the no-op */
+
+    t = topic_cmd("legacy2", true);
+    a.done = 0;
+    a.status = -1;
+    assert_int_equal(tn_meta_propose(fx.m[fx.follower], &req, &t, on_proposed), 0);
+    assert_true(run_until(answered, &a));
+    assert_int_equal(a.status, 0);
+    assert_non_null(tn_meta_topic_find(tn_meta_state(fx.m[fx.follower]), "legacy2"));
+    assert_int_equal(took_n(fx.leader, TN_OP_META_PROPOSE_AT), 1); /* not asked again */
+    fx.old[fx.leader] = false;
 }
 
 /* META_PROPOSE straight to a follower: 421 with the leader's API address;
@@ -404,6 +463,27 @@ static void test_meta_propose(void **state)
     assert_int_equal(tn_wire_get_i32(&in, &v), 0);
     assert_int_equal(v, 0);
     assert_non_null(tn_meta_topic_find(tn_meta_state(fx.m[fx.leader]), "direct"));
+
+    /* META_PROPOSE_AT: the answer and the entry's index, [4] + [8]. */
+    t = topic_cmd("direct-at", true);
+    tn_buf_reset(&cmd);
+    tn_buf_reset(&p);
+    assert_int_equal(tn_meta_cmd_encode(&t, &cmd), 0);
+    assert_int_equal(tn_wire_put_bytes(&p, tn_buf_data(&cmd), tn_buf_size(&cmd)), 0);
+    call(fx.follower, fx.leader, TN_OP_META_PROPOSE_AT, tn_buf_data(&p), tn_buf_size(&p), &r);
+    assert_int_equal(r.http, 200);
+    uint64_t index = 0;
+    assert_int_equal(tn_wire_propose_at_reply_decode(r.body, r.blen, &v, &index), 0);
+    assert_int_equal(v, 0);
+    assert_true(index > 0 && index <= tn_meta_applied_index(fx.m[fx.leader]));
+    call(fx.follower, fx.leader, TN_OP_META_PROPOSE_AT, tn_buf_data(&p), tn_buf_size(&p), &r);
+    assert_int_equal(r.http, 200);
+    uint64_t again = 0;
+    assert_int_equal(tn_wire_propose_at_reply_decode(r.body, r.blen, &v, &again), 0);
+    assert_int_equal(v, UV_EEXIST); /* applied too: a later entry */
+    assert_true(again > index);
+    call(fx.leader, fx.follower, TN_OP_META_PROPOSE_AT, tn_buf_data(&p), tn_buf_size(&p), &r);
+    assert_int_equal(r.http, 421);
     tn_buf_fini(&p);
     tn_buf_fini(&cmd);
 }
@@ -737,9 +817,10 @@ static void test_close_in_flight(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_forward),      cmocka_unit_test(test_meta_propose),
-        cmocka_unit_test(test_leader_index), cmocka_unit_test(test_node_status),
-        cmocka_unit_test(test_join),         cmocka_unit_test(test_close_in_flight),
+        cmocka_unit_test(test_forward),         cmocka_unit_test(test_forward_to_older_leader),
+        cmocka_unit_test(test_meta_propose),    cmocka_unit_test(test_leader_index),
+        cmocka_unit_test(test_node_status),     cmocka_unit_test(test_join),
+        cmocka_unit_test(test_close_in_flight),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

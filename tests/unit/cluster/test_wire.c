@@ -670,6 +670,7 @@ static void test_op_table(void **state)
         {TN_OP_MOVE_PROGRESS, "move_progress", TN_LANE_CONTROL},
         {TN_OP_REPLICA_ERROR, "replica_error", TN_LANE_REPLICA},
         {TN_OP_PERRS, "perrs", TN_LANE_CONTROL},
+        {TN_OP_META_PROPOSE_AT, "meta_propose_at", TN_LANE_CONTROL},
     };
     /* Every op this build knows is listed (numbers are fixed per wave, so
      * one may be another branch's and unknown here). */
@@ -692,6 +693,7 @@ static void test_op_table(void **state)
     assert_int_equal(TN_OP_MOVE_PROGRESS, 18);
     assert_int_equal(TN_OP_REPLICA_ERROR, 19);
     assert_int_equal(TN_OP_PERRS, 20);
+    assert_int_equal(TN_OP_META_PROPOSE_AT, 21);
     for (size_t i = 0; i < TN_ARRAY_SIZE(want); i++) {
         assert_non_null(tn_wire_op_name(want[i].op));
         assert_string_equal(tn_wire_op_name(want[i].op), want[i].name);
@@ -718,6 +720,7 @@ static void test_request_check(void **state)
     }
     assert_int_equal(tn_wire_put_bytes(&good[TN_OP_ECHO], "ping", 4), 0);
     assert_int_equal(tn_wire_put_bytes(&good[TN_OP_META_PROPOSE], "TM\1\1\0\0\0\0", 8), 0);
+    assert_int_equal(tn_wire_put_bytes(&good[TN_OP_META_PROPOSE_AT], "TM\1\1\0\0\0\0", 8), 0);
     assert_int_equal(tn_wire_put_u64(&good[TN_OP_JOIN], 2), 0);
     assert_int_equal(tn_wire_put_str(&good[TN_OP_JOIN], "127.0.0.1:4262"), 0);
     assert_int_equal(tn_wire_put_str(&good[TN_OP_JOIN], "127.0.0.1:4252"), 0);
@@ -1361,6 +1364,35 @@ static void test_pstats_codec(void **state)
 
 /* PERRS: the request is PSTATS'; the reply's exact bytes and every
  * refusal of its encoder and decoder. */
+/* META_PROPOSE_AT's 200 reply: the answer and the index, exactly 12
+ * bytes; anything else is refused and leaves both 0. */
+static void test_propose_at_reply_codec(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_wire_propose_at_reply_encode(&b, -17, 0x0102030405060708ull), 0);
+    static const uint8_t want[] = {0xff, 0xff, 0xff, 0xef, 1, 2, 3, 4, 5, 6, 7, 8};
+    assert_int_equal(tn_buf_size(&b), TN_WIRE_PROPOSE_AT_REPLY);
+    assert_memory_equal(tn_buf_data(&b), want, sizeof(want));
+    int32_t status = 1;
+    uint64_t index = 1;
+    assert_int_equal(tn_wire_propose_at_reply_decode(want, sizeof(want), &status, &index), 0);
+    assert_int_equal(status, -17);
+    assert_true(index == 0x0102030405060708ull);
+    for (size_t cut = 0; cut < sizeof(want); cut++) {
+        assert_int_equal(tn_wire_propose_at_reply_decode(want, cut, &status, &index), TN_EPROTO);
+        assert_int_equal(status, 0);
+        assert_true(index == 0);
+    }
+    uint8_t more[sizeof(want) + 1];
+    memcpy(more, want, sizeof(want));
+    more[sizeof(want)] = 0;
+    assert_int_equal(tn_wire_propose_at_reply_decode(more, sizeof(more), &status, &index),
+                     TN_EPROTO);
+    tn_buf_fini(&b);
+}
+
 static void test_perrs_codec(void **state)
 {
     (void)state;
@@ -1839,6 +1871,7 @@ int main(void)
         cmocka_unit_test(test_consume_codec),
         cmocka_unit_test(test_pstats_codec),
         cmocka_unit_test(test_perrs_codec),
+        cmocka_unit_test(test_propose_at_reply_codec),
         cmocka_unit_test(test_moveprog_codec),
         cmocka_unit_test(test_replerr_codec),
         cmocka_unit_test(test_commit_encode_out_of_memory),

@@ -1561,6 +1561,10 @@ typedef struct {
     struct hop_s *held[8];
     int nheld;
     unsigned election_ms, heartbeat_ms; /* 0: 300 and 50 */
+    unsigned register_ms;               /* members' registrations; 0: 200 */
+    bool old_leader;                    /* the leader's answers carry no index (an older build) */
+    uint64_t index_add;                 /* added to the index the leader's answers carry */
+    int noops;                          /* NOOPs forwarded (an older build's confirmations) */
     void (*on_ready)(void *arg);        /* optional, each node's (arg: c) */
 } cluster_t;
 
@@ -1583,7 +1587,8 @@ static void on_hop(tn_meta_req_t *req, int status)
         h->c->held[h->c->nheld++] = h;
         return;
     }
-    h->done(h->done_arg, status);
+    cluster_t *c = h->c;
+    h->done(h->done_arg, status, c->old_leader ? 0 : h->req.index + c->index_add);
     tn_free(h);
 }
 
@@ -1598,6 +1603,7 @@ static int forward_hook(void *arg, uint64_t leader, const char *api, const void 
     if (c->refuse != 0)
         return c->refuse;
     c->forwarded++;
+    c->noops += len > TN_META_HDR && ((const uint8_t *)cmd)[3] == TN_MC_NOOP;
     hop_t *h = tn_calloc(1, sizeof(*h));
     h->done = done;
     h->done_arg = done_arg;
@@ -1610,7 +1616,7 @@ static int forward_hook(void *arg, uint64_t leader, const char *api, const void 
     int rc = tn_meta_propose_encoded(c->m[leader], &h->req, cmd, len, on_hop);
     if (rc != 0) {
         tn_free(h);
-        done(done_arg, rc);
+        done(done_arg, rc, 0);
     }
     return 0;
 }
@@ -1622,7 +1628,8 @@ static void release_held(cluster_t *c, int status)
     hop_t *h = c->held[0];
     c->held[0] = NULL;
     c->nheld = 0;
-    h->done(h->done_arg, status == -1 ? h->status : status);
+    h->done(h->done_arg, status == -1 ? h->status : status,
+            c->old_leader || status != -1 ? 0 : h->req.index + c->index_add);
     tn_free(h);
 }
 
@@ -1641,7 +1648,7 @@ static void cluster_open(cluster_t *c, uint64_t id, bool join_only)
     o.api_addr = c->api[id];
     o.election_ms = c->election_ms != 0 ? c->election_ms : 300;
     o.heartbeat_ms = c->heartbeat_ms != 0 ? c->heartbeat_ms : 50;
-    o.heartbeat_interval_ms = 200;
+    o.heartbeat_interval_ms = c->register_ms != 0 ? c->register_ms : 200;
     o.dead_after_ms = 3000; /* far above the 200 ms registrations, even on a loaded machine */
     o.peers = join_only ? NULL : peers;
     o.npeers = join_only ? 0 : 3;
@@ -2053,7 +2060,7 @@ static void test_resend_after_failover(void **state)
     /* The old leader's late answer: dropped, the request answered once. */
     assert_int_equal(c.nheld, 1);
     hop_t *h = c.held[0];
-    h->done(h->done_arg, h->status);
+    h->done(h->done_arg, h->status, h->req.index);
     tn_free(h);
     assert_int_equal(cnt.done, 1);
     /* A new create of the same name (not a copy sent again) conflicts. */
@@ -2088,6 +2095,7 @@ static void test_read_back_within_the_write_budget(void **state)
     cluster_t c;
     uint64_t leader = cluster_start3(&c, &loop, dir, 3);
     uint64_t follower = leader == 1 ? 2 : 1;
+    c.old_leader = true; /* the no-op confirmation of a leader that names no index */
 
     c.hold = true;
     tn_meta_req_t req;
@@ -2147,6 +2155,7 @@ static void test_resent_read_back_confirms(void **state)
     cluster_t c;
     uint64_t leader = cluster_start3(&c, &loop, dir, 3);
     uint64_t follower = leader == 1 ? 2 : 1;
+    c.old_leader = true; /* the no-op confirmation of a leader that names no index */
 
     tn_meta_req_t req;
     counter_t cnt = {0, 0};
@@ -2182,6 +2191,167 @@ static void test_resent_read_back_confirms(void **state)
     assert_int_equal(cnt.last, 0);
     gone.m = c.m[follower];
     assert_true(user_is(&gone));
+
+    cluster_close_all(&c);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* A change read back through a follower: whether its replica had the
+ * topic when the answer came, and when that was. */
+typedef struct {
+    tn_meta_t *follower;
+    const char *topic;
+    int done;
+    int status;
+    bool had_it;
+    int64_t at; /* mono ms */
+} readback_t;
+
+static void on_read_back(tn_meta_req_t *req, int status)
+{
+    readback_t *r = req->data;
+    r->done++;
+    r->status = status;
+    r->had_it = tn_meta_topic_find(tn_meta_state(r->follower), r->topic) != NULL;
+    r->at = tn_now_mono_ms();
+}
+
+static bool read_back_done(void *arg)
+{
+    return ((readback_t *)arg)->done > 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A change read back through a follower, with a leader that names the
+ * entry's index in its answer: answered once the follower's replica has
+ * applied that index (the topic is there at the answer), with no no-op
+ * of its own through the leader, the request's index the leader's. The
+ * leader sends its commit index at once after applying it (a barrier),
+ * not with its next heartbeat: with heartbeats 1 s apart and no other
+ * entry going out (registrations every 10 s), the median of five creates
+ * stays far below the half second the heartbeat alone would cost. (Before:
+ * a no-op forwarded per change, and each waited for a heartbeat.) */
+static void test_read_back_by_index(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    uv_loop_t loop;
+    cluster_t c;
+    cluster_init(&c, &loop, dir, 3);
+    c.election_ms = 5000;
+    c.heartbeat_ms = 1000;
+    c.register_ms = 10000;
+    for (uint64_t i = 1; i <= 3; i++)
+        cluster_open(&c, i, false);
+    assert_true(run_until(&loop, three_caught_up, &c));
+    assert_true(run_until(&loop, members_registered, &c));
+    uint64_t leader = agreed_leader(&c, 3);
+    uint64_t follower = leader == 1 ? 2 : 1;
+
+    int64_t took[5];
+    for (int i = 0; i < 5; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "byindex%d", i);
+        readback_t r = {c.m[follower], name, 0, -1, false, 0};
+        tn_meta_req_t req;
+        req.data = &r;
+        tn_meta_cmd_t t = topic_cmd(name, true);
+        int noops = c.noops;
+        int64_t t0 = tn_now_mono_ms();
+        assert_int_equal(tn_meta_propose(c.m[follower], &req, &t, on_read_back), 0);
+        assert_true(run_until(&loop, read_back_done, &r));
+        took[i] = r.at - t0;
+        assert_int_equal(r.status, 0);
+        if (!r.had_it)
+            fail_msg("create %d answered before the follower's replica had it", i);
+        assert_int_equal(c.noops, noops); /* no confirmation through the leader */
+        assert_true(req.index > 0);
+        assert_true(tn_meta_applied_index(c.m[follower]) >= req.index);
+    }
+    qsort(took, 5, sizeof(took[0]), cmp_i64);
+    if (took[2] > 250)
+        fail_msg("median read-back %lld ms (%lld..%lld): the follower waited for a heartbeat",
+                 (long long)took[2], (long long)took[0], (long long)took[4]);
+
+    cluster_close_all(&c);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* The leader names an index this follower's replica does not reach (as
+ * if it were cut off from the leader's appends right after the answer):
+ * the change is answered with the leader's answer once the write's own
+ * 10 s are up, not later; a deletion gets the wait's UV_ETIMEDOUT (its
+ * engine's part waits for the record). */
+static void test_read_back_by_index_bounded(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    uv_loop_t loop;
+    cluster_t c;
+    uint64_t leader = cluster_start3(&c, &loop, dir, 3);
+    uint64_t follower = leader == 1 ? 2 : 1;
+    c.index_add = 1000000;
+
+    readback_t r = {c.m[follower], "unreached", 0, -1, false, 0};
+    tn_meta_req_t req;
+    req.data = &r;
+    tn_meta_cmd_t t = topic_cmd("unreached", true);
+    int64_t t0 = tn_now_mono_ms();
+    assert_int_equal(tn_meta_propose(c.m[follower], &req, &t, on_read_back), 0);
+    run_within(&loop, read_back_done, &r, 8000);
+    assert_int_equal(r.done, 0); /* still waiting for the index */
+    assert_true(run_until(&loop, read_back_done, &r));
+    int64_t took = r.at - t0;
+    assert_int_equal(r.status, 0); /* the leader's answer */
+    if (took < 9500 || took > 11000)
+        fail_msg("answered after %lld ms: not at the write's 10 s", (long long)took);
+    assert_int_equal(c.noops, 0);
+
+    readback_t d = {c.m[follower], "unreached", 0, -1, false, 0};
+    req.data = &d;
+    tn_meta_cmd_t del = delete_cmd(TN_MC_TOPIC_DELETE, "unreached");
+    t0 = tn_now_mono_ms();
+    assert_int_equal(tn_meta_propose(c.m[follower], &req, &del, on_read_back), 0);
+    assert_true(run_until(&loop, read_back_done, &d));
+    took = d.at - t0;
+    assert_int_equal(d.status, UV_ETIMEDOUT);
+    if (took < 9500 || took > 11500)
+        fail_msg("the deletion answered after %lld ms", (long long)took);
+
+    cluster_close_all(&c);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* The fallback: a leader whose answer names no index (an older build)
+ * gets a no-op of the follower's, which the follower waits to apply. */
+static void test_read_back_old_leader_confirms(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    uv_loop_t loop;
+    cluster_t c;
+    uint64_t leader = cluster_start3(&c, &loop, dir, 3);
+    uint64_t follower = leader == 1 ? 2 : 1;
+    c.old_leader = true;
+
+    readback_t r = {c.m[follower], "oldleader", 0, -1, false, 0};
+    tn_meta_req_t req;
+    req.data = &r;
+    tn_meta_cmd_t t = topic_cmd("oldleader", true);
+    assert_int_equal(tn_meta_propose(c.m[follower], &req, &t, on_read_back), 0);
+    assert_true(run_until(&loop, read_back_done, &r));
+    assert_int_equal(r.status, 0);
+    assert_true(r.had_it);
+    assert_true(c.noops >= 1);
+    assert_int_equal(req.index, 0);
 
     cluster_close_all(&c);
     tu_rmrf(dir);
@@ -2291,7 +2461,7 @@ static void test_channel_create_resent_after_its_deletion(void **state)
     assert_true(run_until(&loop, async_done, &a));
     assert_int_equal(c.nheld, 1);
     hop_t *h = c.held[0];
-    h->done(h->done_arg, h->status);
+    h->done(h->done_arg, h->status, h->req.index);
     tn_free(h);
     assert_int_equal(ccnt.done, 1);
 
@@ -2676,6 +2846,9 @@ int main(void)
         cmocka_unit_test(test_resend_after_failover),
         cmocka_unit_test(test_read_back_within_the_write_budget),
         cmocka_unit_test(test_resent_read_back_confirms),
+        cmocka_unit_test(test_read_back_by_index),
+        cmocka_unit_test(test_read_back_by_index_bounded),
+        cmocka_unit_test(test_read_back_old_leader_confirms),
         cmocka_unit_test(test_transfer_to_a_live_voter),
         cmocka_unit_test(test_first_timers_apart_elect_at_once),
         cmocka_unit_test(test_restarted_follower_hears_the_leader),
