@@ -663,6 +663,8 @@ static bool going(const tn_catalog_t *c, const char *topic, const char *channel)
     return false;
 }
 
+static void claims_check(tn_catalog_t *c, bool all, int why);
+
 static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const char *channel)
 {
     tn_catalog_t *c = arg;
@@ -711,6 +713,13 @@ static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const c
     case TN_EV_CHANNEL_DOWN:
         if (!going(c, topic, channel))
             record_channel(c, topic, channel, false);
+        break;
+    case TN_EV_PARTS_OPENED:
+        /* A partition placed here opened (a replicated one this node
+         * leads now, handed over by the replica manager): an NSQ publish
+         * waiting for one goes on now, not at the claims' next check
+         * (CLAIM_CHECK_MS, which an auto-created topic waited for). */
+        claims_check(c, false, 0);
         break;
     }
 }

@@ -161,14 +161,12 @@ struct tn_meta_s {
     raft_term lead_term;    /* the term whose barrier applied here (0: none) */
     raft_term lead_asked;   /* the term lead_barrier was asked in */
     bool lead_barrier_busy; /* lead_barrier is in libraft */
-    /* A follower waiting to read back its forwarded change learns that it
-     * is committed with the leader's next AppendEntries, a heartbeat (100
-     * ms) later unless an entry goes out first: after applying such a
-     * change the leader appends a barrier, whose AppendEntries carry the
-     * new commit index at once (push_commit). */
-    struct raft_barrier push_barrier;
-    bool push_wanted; /* a forwarded change applied since push_barrier went out */
-    bool push_busy;   /* push_barrier is in libraft */
+    /* A follower learns that an entry is committed with the leader's next
+     * AppendEntries, a heartbeat (100 ms) later unless an entry goes out
+     * first: after applying a change a follower waits for (pushes) the
+     * leader sends its heartbeats at once, which carry the new commit
+     * index (push_commit). */
+    bool push_wanted; /* such a change applied since the last push */
     /* tn_meta_transfer (meta.h): a barrier finds the voters that answer,
      * then raft_transfer to one of them. */
     struct raft_barrier xfer_barrier;
@@ -187,6 +185,8 @@ struct tn_meta_s {
     int (*uv_start)(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick, raft_io_recv_cb recv);
     /* libraft's receive callback, which io_recv calls after it looked. */
     raft_io_recv_cb raft_recv;
+    /* libraft's tick callback (io_start), which push_commit calls too. */
+    raft_io_tick_cb raft_tick;
     /* The highest commit index a leader's AppendEntries carried (io_recv):
      * committed, so a follower whose log lacks it is behind, whatever its
      * own commit index says (caught_up). */
@@ -875,6 +875,17 @@ static bool read_back(uint8_t type)
     }
 }
 
+/* Whether the followers should learn at once that an entry of this type
+ * is committed (push_commit): a follower's change that it waits to read
+ * back (or its NOOP, an older build's way to wait), and a topic made or
+ * grown, whose replicas the followers open before the first publish to
+ * it is acknowledged (an NSQ publish that made the topic waits for that). */
+static bool pushes(uint8_t type)
+{
+    return read_back(type) || removes_record(type) || type == TN_MC_NOOP ||
+           type == TN_MC_TOPIC_GROW_FOR;
+}
+
 static int confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int status),
                          void *arg);
 static int wait_applied(tn_meta_t *m, uint64_t index, uint64_t until,
@@ -1159,7 +1170,7 @@ int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn
     req->type = c->type;
     req->if_absent = c->if_absent;
     req->resent = false;
-    req->push = false;
+    req->push = pushes(c->type);
     req->index = 0;
     req->avoid = 0;
     req->expires = uv_now(m->loop) + PROPOSE_MS;
@@ -1218,9 +1229,7 @@ int tn_meta_propose_encoded(tn_meta_t *m, tn_meta_req_t *req, const void *buf, s
     req->type = type;
     req->resent = false;
     req->index = 0;
-    /* A follower's change that it waits to read back (or its NOOP, an
-     * older build's way to wait). */
-    req->push = read_back(type) || removes_record(type) || type == TN_MC_NOOP;
+    req->push = pushes(type);
     rc = submit_try(m, req);
     if (rc != 0)
         raft_free(req->buf.base); /* answered by the caller, not through cb */
@@ -3160,31 +3169,33 @@ static void on_lead_barrier(struct raft_barrier *b, int status)
         wake(m); /* ready, and the caught-up waiters, may follow */
 }
 
-static void on_push_barrier(struct raft_barrier *b, int status)
-{
-    (void)status; /* a lost push costs only time: the heartbeat carries the index */
-    tn_meta_t *m = b->data;
-    m->push_busy = false;
-    if (m->push_wanted && !m->closing)
-        wake(m);
-}
-
-/* A leader that applied a follower's forwarded change (req->push) appends
- * a barrier: its AppendEntries go to every follower now and carry the
- * commit index, so the follower waiting to read the change back
- * (wait_applied, or an older build's NOOP) applies it a round trip later
- * instead of at the next heartbeat. One barrier at a time; changes applied
- * while one is out ask for the next. From the tick. */
+/* A leader that applied a change the followers should have at once
+ * (req->push: pushes) sends its heartbeats now rather than when the
+ * heartbeat timeout comes: they carry the commit index, so the follower
+ * waiting to read the change back (wait_applied, or an older build's
+ * NOOP), or to open its replica of a new topic, applies it a round trip
+ * later (from the entries it stored already: no write) instead of up to a
+ * heartbeat later. libraft (0.15) sends a follower an AppendEntries at a
+ * tick when nothing went to it for a heartbeat timeout (its progress'
+ * last_send) or it is behind: marking each follower's last send as long
+ * ago and ticking sends every follower one. The rest of a tick is timed
+ * by elapsed time (io_start: ternd ticks libraft finer than it asks
+ * already), so an extra tick changes nothing else. One push for every
+ * change applied since the last; from the tick (on_poll), never inside
+ * libraft's callbacks. */
 static void push_commit(tn_meta_t *m)
 {
-    if (!m->push_wanted || m->push_busy)
+    if (!m->push_wanted)
         return;
     m->push_wanted = false;
-    if (raft_state(&m->raft) != RAFT_LEADER)
+    struct raft_progress *prog = m->raft.leader_state.progress;
+    if (raft_state(&m->raft) != RAFT_LEADER || m->raft_tick == NULL || prog == NULL)
         return;
-    m->push_barrier.data = m;
-    if (raft_barrier(&m->raft, &m->push_barrier, on_push_barrier) == 0)
-        m->push_busy = true;
+    const struct raft_configuration *conf = &m->raft.configuration;
+    for (unsigned i = 0; i < conf->n; i++)
+        if (conf->servers[i].id != m->id)
+            prog[i].last_send = 0;
+    m->raft_tick(&m->io);
 }
 
 /* A leader without a barrier applied in its term asks for one. */
@@ -3360,6 +3371,7 @@ static int io_start(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick, ra
     tn_meta_t *m = TN_CONTAINER_OF(io, tn_meta_t, io);
     unsigned fine = TN_MAX(m->election_ms / ELECTION_TICKS, 1u);
     m->raft_recv = recv;
+    m->raft_tick = tick;
     return m->uv_start(io, TN_MIN(msecs, fine), tick, io_recv);
 }
 

@@ -34,14 +34,13 @@
  *      from a leader of an older build, which does not say, it confirms
  *      instead (tn_meta_confirm: a no-op of its own through the leader,
  *      applied here). The leader sends its commit index to the followers
- *      at once after applying such an entry (a barrier), rather than with
- *      its next heartbeat. A successful change a client may read back from this
- *      node (a topic, channel, user or remote put or deleted, a drain,
- *      move, forced leader, rebalance, factor or member removal: meta.c
- *      read_back; a copy sent again answered success by answer(), too)
- *      is answered once this replica has it too, the same
- *      way, but with the leader's answer even if that wait fails
- *      or is still under way when the proposal's PROPOSE_MS are up.
+ *      at once after applying such an entry (its heartbeats, early: meta.c
+ *      push_commit), rather than with its next heartbeat; a topic made or
+ *      grown likewise, whose replicas the followers open. A successful change a client may read
+ * back from this node (a topic, channel, user or remote put or deleted, a drain, move, forced
+ * leader, rebalance, factor or member removal: meta.c read_back; a copy sent again answered success
+ * by answer(), too) is answered once this replica has it too, the same way, but with the leader's
+ * answer even if that wait fails or is still under way when the proposal's PROPOSE_MS are up.
  *
  * A failover under a forwarded proposal: a proposal has PROPOSE_MS (10 s,
  * the forward call's own bound) from tn_meta_propose. While its forward is
@@ -183,7 +182,7 @@ struct tn_meta_req_s {
     uint8_t type;   /* the command's, for the answer of a re-sent one */
     bool if_absent; /* likewise */
     bool resent;    /* forwarded more than once */
-    bool push;      /* a follower's, on the leader: its commit goes out at once */
+    bool push;      /* on the leader, applied: its commit goes out at once (meta.c pushes) */
 };
 
 typedef struct {

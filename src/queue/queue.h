@@ -591,13 +591,17 @@ struct tn_pub_s {
 
 /* What the engine tells a listener (lookupd registration, the catalog)
  * about. TN_EV_TOPIC_FAILED: a topic's creation failed (its waiters were
- * told; the topic is gone from the engine). */
+ * told; the topic is gone from the engine). TN_EV_PARTS_OPENED: remote
+ * partitions of a topic that placement now puts here were opened
+ * (tn_topic_follow_placement; channel NULL): an NSQ publish waiting for a
+ * partition here (the catalog's claims) may go on. */
 typedef enum {
     TN_EV_TOPIC_UP = 1,
     TN_EV_TOPIC_DOWN,
     TN_EV_CHANNEL_UP,
     TN_EV_CHANNEL_DOWN,
     TN_EV_TOPIC_FAILED,
+    TN_EV_PARTS_OPENED,
 } tn_broker_event_t;
 
 typedef void (*tn_broker_event_cb)(void *arg, tn_broker_event_t ev, const char *topic,

@@ -1312,8 +1312,14 @@ static void place_done(uv_work_t *w, int status)
     }
     tn_delete_cb cb = o->cb;
     void *arg = o->arg;
+    /* Told once the topic is ready again (a listener's publish goes on
+     * at once), by name: reshape_end may free a topic deleted meanwhile. */
+    char opened[TN_NAME_MAX + 1];
+    snprintf(opened, sizeof(opened), "%s", rc == 0 && o->n > 0 && !t->deleted ? t->name : "");
     place_free(o, rc != 0);
     reshape_end(t, rc, cb, arg);
+    if (opened[0] != '\0' && !b->closing)
+        tn__broker_event(b, TN_EV_PARTS_OPENED, opened, NULL);
 }
 
 /* One held channel log of o's partitions closed, or place_close_held

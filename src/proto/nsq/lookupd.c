@@ -308,6 +308,8 @@ static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const c
             break;
         case TN_EV_TOPIC_FAILED:
             break; /* never registered */
+        case TN_EV_PARTS_OPENED:
+            break; /* registered with the topic */
         }
     }
 }

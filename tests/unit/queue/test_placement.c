@@ -122,6 +122,20 @@ static void follow(qfx_t *q, tn_topic_t *t)
     assert_int_equal(w.status, 0);
 }
 
+/* TN_EV_PARTS_OPENED events the broker told, and the last topic named. */
+static int opened_events;
+static char opened_topic[256];
+
+static void on_engine_event(void *arg, tn_broker_event_t ev, const char *topic, const char *channel)
+{
+    (void)arg;
+    if (ev != TN_EV_PARTS_OPENED)
+        return;
+    assert_null(channel);
+    opened_events++;
+    snprintf(opened_topic, sizeof(opened_topic), "%s", topic);
+}
+
 /* --- tests ------------------------------------------------------------------ */
 
 /* Partition 1 of three lives on node 7: no files, no publishes, no
@@ -250,12 +264,22 @@ static void test_open_later(void **state)
     assert_int_equal(s.d[0].partition, 0);
     assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0), 0);
 
-    /* Still unplaced: following changes nothing. */
+    /* Still unplaced: following changes nothing, and tells nothing. */
+    opened_events = 0;
+    assert_int_equal(tn_broker_listen(q->b, on_engine_event, NULL), 0);
     follow(q, t);
     assert_false(tn_topic_part_local(t, 1));
+    assert_int_equal(opened_events, 0);
     owners[1] = SELF;
     follow(q, t);
     assert_true(tn_topic_part_local(t, 1));
+    /* Listeners hear of it (the catalog's NSQ publishes waiting for a
+     * partition here go on at once). */
+    assert_int_equal(opened_events, 1);
+    assert_string_equal(opened_topic, "t");
+    follow(q, t);
+    assert_int_equal(opened_events, 1);
+    tn_broker_unlisten(q->b, on_engine_event, NULL);
     assert_non_null(t->parts[1]->plog);
     bool on_disk[MAXP];
     parts_on_disk(q, "t", on_disk);
