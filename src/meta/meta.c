@@ -1924,10 +1924,13 @@ static void run_confirms(tn_meta_t *m)
     }
 }
 
-/* tn_meta_confirm, bounded by until (loop ms; 0: by its own bounds
- * alone): UV_ETIMEDOUT at once when that has passed. */
-static int confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int status), void *arg)
+/* A confirmation (or a wait by index) for cb(arg, status), bounded by
+ * until (loop ms; 0: none): TN_ECLOSED, UV_ETIMEDOUT when until has
+ * passed, or UV_ENOMEM, with *out NULL. */
+static int confirm_new(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int status), void *arg,
+                       confirm_t **out)
 {
+    *out = NULL;
     if (m->closing)
         return TN_ECLOSED;
     if (until != 0 && uv_now(m->loop) >= until)
@@ -1938,6 +1941,18 @@ static int confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int
     c->m = m;
     c->cb = cb;
     c->arg = arg;
+    *out = c;
+    return 0;
+}
+
+/* tn_meta_confirm, bounded by until (loop ms; 0: by its own bounds
+ * alone): UV_ETIMEDOUT at once when that has passed. */
+static int confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int status), void *arg)
+{
+    confirm_t *c = NULL;
+    int rc = confirm_new(m, until, cb, arg, &c);
+    if (rc != 0)
+        return rc;
     if (raft_state(&m->raft) == RAFT_LEADER) {
         c->barrier.data = c;
         if (raft_barrier(&m->raft, &c->barrier, on_barrier) == 0)
@@ -1957,7 +1972,7 @@ static int confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int
     c->next = m->confirms;
     m->confirms = c;
     /* Its no-op, waiting or forwarded, gives up at until too. */
-    int rc = tn_meta_propose_until(m, &c->req, &cmd, until, on_confirm_noop);
+    rc = tn_meta_propose_until(m, &c->req, &cmd, until, on_confirm_noop);
     if (rc != 0) {
         m->confirms = c->next;
         tn_free(c);
@@ -1975,20 +1990,13 @@ static int confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int
 static int wait_applied(tn_meta_t *m, uint64_t index, uint64_t until,
                         void (*cb)(void *arg, int status), void *arg)
 {
-    if (m->closing)
-        return TN_ECLOSED;
-    uint64_t now = uv_now(m->loop);
-    if (until != 0 && now >= until)
-        return UV_ETIMEDOUT;
-    confirm_t *c = tn_calloc(1, sizeof(*c));
-    if (c == NULL)
-        return UV_ENOMEM;
-    c->m = m;
-    c->cb = cb;
-    c->arg = arg;
+    confirm_t *c = NULL;
+    int rc = confirm_new(m, until, cb, arg, &c);
+    if (rc != 0)
+        return rc;
     c->index = index;
     c->answered = true; /* no NOOP to wait for: answered at close like one */
-    c->deadline = until != 0 ? until : now + 2 * (uint64_t)NO_LEADER_MS;
+    c->deadline = until != 0 ? until : uv_now(m->loop) + 2 * (uint64_t)NO_LEADER_MS;
     c->next = m->confirms;
     m->confirms = c;
     wake(m); /* applied meanwhile: the tick finds it */

@@ -343,6 +343,18 @@ static size_t took_n(uint64_t node, uint8_t op)
     return n;
 }
 
+/* Propose a topic of that name on the follower and wait for its answer. */
+static void propose_on_follower(const char *name, tn_meta_req_t *req, answer_t *a)
+{
+    tn_meta_cmd_t t = topic_cmd(name, true);
+    a->done = 0;
+    a->status = -1;
+    memset(req, 0, sizeof(*req));
+    req->data = a;
+    assert_int_equal(tn_meta_propose(fx.m[fx.follower], req, &t, on_proposed), 0);
+    assert_true(run_until(answered, a));
+}
+
 /* A proposal made on the follower goes to the leader over node RPC
  * (tn_control_forward, META_PROPOSE_AT) and the follower's callback gets
  * the leader's state-machine answer, with the entry's index, once its
@@ -352,13 +364,9 @@ static void test_forward(void **state)
     (void)state;
     uint64_t before = requests_in(fx.leader);
     fx.took_from = fx.ntook;
-    tn_meta_cmd_t t = topic_cmd("orders", true);
-    answer_t a = {0, -1};
+    answer_t a;
     tn_meta_req_t req;
-    memset(&req, 0, sizeof(req));
-    req.data = &a;
-    assert_int_equal(tn_meta_propose(fx.m[fx.follower], &req, &t, on_proposed), 0);
-    assert_true(run_until(answered, &a));
+    propose_on_follower("orders", &req, &a);
     assert_int_equal(a.status, 0);
     assert_true(requests_in(fx.leader) > before); /* it went over RPC */
     assert_non_null(tn_meta_topic_find(tn_meta_state(fx.m[fx.leader]), "orders"));
@@ -368,10 +376,7 @@ static void test_forward(void **state)
     assert_true(req.index > 0);
     assert_true(tn_meta_applied_index(fx.m[fx.follower]) >= req.index);
 
-    a.done = 0;
-    a.status = -1;
-    assert_int_equal(tn_meta_propose(fx.m[fx.follower], &req, &t, on_proposed), 0);
-    assert_true(run_until(answered, &a));
+    propose_on_follower("orders", &req, &a);
     assert_int_equal(a.status, UV_EEXIST); /* the leader's answer to an if_absent put */
 }
 
@@ -385,13 +390,9 @@ static void test_forward_to_older_leader(void **state)
     (void)state;
     fx.old[fx.leader] = true;
     fx.took_from = fx.ntook;
-    tn_meta_cmd_t t = topic_cmd("legacy", true);
-    answer_t a = {0, -1};
+    answer_t a;
     tn_meta_req_t req;
-    memset(&req, 0, sizeof(req));
-    req.data = &a;
-    assert_int_equal(tn_meta_propose(fx.m[fx.follower], &req, &t, on_proposed), 0);
-    assert_true(run_until(answered, &a));
+    propose_on_follower("legacy", &req, &a);
     assert_int_equal(a.status, 0);
     assert_int_equal(req.index, 0);
     assert_non_null(tn_meta_topic_find(tn_meta_state(fx.m[fx.follower]), "legacy"));
@@ -399,11 +400,7 @@ static void test_forward_to_older_leader(void **state)
     assert_true(took(fx.leader, TN_OP_META_PROPOSE, NULL, 0));
     assert_true(took_n(fx.leader, TN_OP_META_PROPOSE) >= 2); /* the command, the no-op */
 
-    t = topic_cmd("legacy2", true);
-    a.done = 0;
-    a.status = -1;
-    assert_int_equal(tn_meta_propose(fx.m[fx.follower], &req, &t, on_proposed), 0);
-    assert_true(run_until(answered, &a));
+    propose_on_follower("legacy2", &req, &a);
     assert_int_equal(a.status, 0);
     assert_non_null(tn_meta_topic_find(tn_meta_state(fx.m[fx.follower]), "legacy2"));
     assert_int_equal(took_n(fx.leader, TN_OP_META_PROPOSE_AT), 1); /* not asked again */
