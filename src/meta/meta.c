@@ -42,6 +42,8 @@
 #define JOIN_MS                       30000
 #define DEFAULT_HEARTBEAT_INTERVAL_MS 5000
 #define DEFAULT_DEAD_AFTER_MS         30000
+/* Followers push_commit tracks for a second push (more get the heartbeat). */
+#define PUSH_OWED_MAX 8
 /* A proposal's whole budget, forwards and re-sends included (meta.h). */
 #define PROPOSE_MS TN_META_PROPOSE_MS
 /* A forward that failed at a leader goes to that same leader again no
@@ -167,6 +169,14 @@ struct tn_meta_s {
      * leader sends its heartbeats at once, which carry the new commit
      * index (push_commit). */
     bool push_wanted; /* such a change applied since the last push */
+    /* Followers that had not stored the entries a push said were
+     * committed (their write still under way): pushed to again once the
+     * leader hears they have, within a heartbeat timeout (push_more). */
+    struct {
+        uint64_t id;
+        raft_index until; /* its match index to wait for */
+    } pushes_owed[PUSH_OWED_MAX];
+    uint64_t push_owed_until; /* loop ms */
     /* tn_meta_transfer (meta.h): a barrier finds the voters that answer,
      * then raft_transfer to one of them. */
     struct raft_barrier xfer_barrier;
@@ -3189,21 +3199,55 @@ static void on_lead_barrier(struct raft_barrier *b, int status)
  * ago and ticking sends every follower one. The rest of a tick is timed
  * by elapsed time (io_start: ternd ticks libraft finer than it asks
  * already), so an extra tick changes nothing else. One push for every
- * change applied since the last; from the tick (on_poll), never inside
- * libraft's callbacks. */
+ * change applied since the last, and a second to each follower that had
+ * not stored the entries yet, once it has (pushes_owed); from the tick
+ * (on_poll, every LEADER_POLL_MS), never inside libraft's callbacks. */
 static void push_commit(tn_meta_t *m)
 {
-    if (!m->push_wanted)
-        return;
-    m->push_wanted = false;
     struct raft_progress *prog = m->raft.leader_state.progress;
-    if (raft_state(&m->raft) != RAFT_LEADER || m->raft_tick == NULL || prog == NULL)
+    bool leader = raft_state(&m->raft) == RAFT_LEADER && m->raft_tick != NULL && prog != NULL;
+    if (!leader || uv_now(m->loop) >= m->push_owed_until)
+        memset(m->pushes_owed, 0, sizeof(m->pushes_owed));
+    if (!leader) {
+        m->push_wanted = false;
         return;
+    }
+    /* A follower whose write of the pushed entries was still under way
+     * when the push came applies only what it had stored; the commit
+     * index reaches it again only with the next message. Once its answer
+     * says it stored them (its match index), it is pushed to again. */
     const struct raft_configuration *conf = &m->raft.configuration;
-    for (unsigned i = 0; i < conf->n; i++)
-        if (conf->servers[i].id != m->id)
+    bool send = false;
+    for (unsigned i = 0; i < conf->n; i++) {
+        for (unsigned k = 0; k < PUSH_OWED_MAX; k++) {
+            if (m->pushes_owed[k].id == conf->servers[i].id && m->pushes_owed[k].until != 0 &&
+                prog[i].match_index >= m->pushes_owed[k].until) {
+                m->pushes_owed[k].until = 0;
+                prog[i].last_send = 0;
+                send = true;
+            }
+        }
+    }
+    if (m->push_wanted) {
+        m->push_wanted = false;
+        raft_index commit = m->raft.commit_index;
+        memset(m->pushes_owed, 0, sizeof(m->pushes_owed));
+        unsigned owed = 0;
+        for (unsigned i = 0; i < conf->n; i++) {
+            if (conf->servers[i].id == m->id)
+                continue;
             prog[i].last_send = 0;
-    m->raft_tick(&m->io);
+            if (prog[i].match_index < commit && owed < PUSH_OWED_MAX) {
+                m->pushes_owed[owed].id = conf->servers[i].id;
+                m->pushes_owed[owed].until = commit;
+                owed++;
+            }
+        }
+        m->push_owed_until = uv_now(m->loop) + m->raft.heartbeat_timeout;
+        send = true;
+    }
+    if (send)
+        m->raft_tick(&m->io);
 }
 
 /* A leader without a barrier applied in its term asks for one. */
