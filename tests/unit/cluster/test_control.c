@@ -4,7 +4,8 @@
  * control's handlers, and a tn_control_t, all on one loop. Nodes 1 and 2
  * bootstrap as the two voters; node 3 starts join_only with their API
  * addresses as its join list. Covers a follower's proposal forwarded to
- * the leader, META_PROPOSE on a follower (421 + the leader's address) and
+ * the leader (META_PROPOSE_AT, and META_PROPOSE to a leader that answers
+ * it as an older build), META_PROPOSE on a follower (421 + the leader's address) and
  * malformed payloads (400), JOIN (admission, and 400 for a bad id or
  * address), LEADER_INDEX (200 + 8 bytes on the leader, 421 elsewhere),
  * NODE_STATUS, and a close with calls and handlers in flight
