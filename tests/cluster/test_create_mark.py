@@ -130,6 +130,58 @@ class CreateMark(harness.ClusterTest):
         # says so in its exit status).
         self.stop_all(c)
 
+    def test_a_mark_the_metastore_did_not_clear_goes_without_a_restart(self):
+        """TOPIC_READY (and a failed creation's take-back) not committed at
+        first: the creator answers, then proposes it again by itself.
+
+        TERN_TEST_V1_FINISH_FAIL fails the first of each on node 1 as a
+        metastore without a leader past the write's budget would. Before
+        the creator retried, the mark stood for as long as node 1 ran:
+        every publish to "late-ready" refused (503 after 5 s held), and
+        "late-undo" listed for good, its publishes refused alike."""
+        c = self.make(3, security=False)
+        n1, n2, n3 = c.nodes
+        n1.start(env=dict(c.env(), TERN_TEST_V1_FINISH_FAIL="late",
+                          TERN_TEST_V1_CREATE_FAIL="late-undo=0"))
+        n2.start()
+        n3.start()
+        c.wait_ready()
+        c.wait_alive(3)
+
+        st, body = n1.request("POST", "/v1/topics", {"name": "late-ready", "partitions": 3})
+        sys.stderr.write(f"[create_mark] late-ready create: {st} {body!r}\n")
+        self.assertEqual(st, 503, body)
+        ready_error = body["error"]
+        tries = []
+
+        def produced():
+            pst, pbody = n2.request("POST", "/v1/topics/late-ready/produce", b"after the 503",
+                                    headers=OCTET, timeout=10)
+            tries.append(pst)
+            return pst == 202
+        try:
+            wait_until("a produce to late-ready accepted", produced, 15)
+        finally:
+            sys.stderr.write(f"[create_mark] late-ready produces: {tries}\n")
+        wait_until("late-ready's message counted", lambda: self.messages(n2, "late-ready") == 1,
+                   10)
+        self.assertIn("not recorded ready yet", ready_error)
+
+        st, body = n1.request("POST", "/v1/topics", {"name": "late-undo", "partitions": 3})
+        sys.stderr.write(f"[create_mark] late-undo create: {st} {body!r}\n")
+        self.assertEqual(st, 500, body)
+        undo_error = body["error"]
+        for node in c.nodes:
+            wait_until(f"late-undo gone on node {node.id}", lambda n=node: n.request(
+                "GET", "/v1/topics/late-undo")[0] == 404, 15)
+        self.assertIn("taken back once the metastore answers", undo_error)
+        # Gone: created again, it is an ordinary topic.
+        st, body = n2.request("POST", "/v1/topics", {"name": "late-undo", "partitions": 3})
+        self.assertEqual(st, 201, body)
+        st, body = n3.request("POST", "/v1/topics/late-undo/produce", b"m", headers=OCTET)
+        self.assertEqual(st, 202, body)
+        self.stop_all(c)
+
 
 if __name__ == "__main__":
     harness.main()

@@ -405,6 +405,7 @@ typedef struct {
     bool marked; /* create: its record carries this node's creation mark */
 #ifdef TN_TEST
     uv_timer_t *hook; /* TERN_TEST_V1_CREATE_FAIL's delay (test_fail_after) */
+    bool failed_once; /* TERN_TEST_V1_FINISH_FAIL's failure done (test_finish_fails) */
 #endif
 } op_t;
 
@@ -466,6 +467,7 @@ static bool op_start(tn_v1_t *v, tn_http_request_t *r, const tn_meta_cmd_t *c, t
 }
 
 static void create_step(op_t *op);
+static bool test_finish_fails(op_t *op);
 
 #define READY_LOST                                                                                 \
     "topic made, but the control plane did not record it ready; publishes to it are refused "      \
@@ -517,7 +519,9 @@ static void on_channel_recorded(tn_meta_req_t *req, int status)
     snprintf(c.topic.name, sizeof(c.topic.name), "%s", op->topic);
     c.topic.created_at_ms = op->created_at_ms;
     op->mreq.data = op;
-    if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_ready_recorded) != 0)
+    if (test_finish_fails(op))
+        on_ready_recorded(&op->mreq, UV_ETIMEDOUT);
+    else if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_ready_recorded) != 0)
         on_ready_recorded(&op->mreq, UV_ECANCELED);
 }
 
@@ -584,7 +588,9 @@ static void create_failed(op_t *op, int rc)
      * gate (an NSQ PUB) waits rather than pass on this record. */
     tn_catalog_hold_creations(op->v->catalog, op->topic, op->created_at_ms, true);
     op->mreq.data = op;
-    if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_delete_recorded) != 0)
+    if (test_finish_fails(op))
+        on_delete_recorded(&op->mreq, UV_ETIMEDOUT);
+    else if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_delete_recorded) != 0)
         on_delete_recorded(&op->mreq, UV_ECANCELED);
 }
 
@@ -682,8 +688,28 @@ static bool test_hook(op_t *op)
     uv_timer_start(op->hook, on_hook_fired, (uint64_t)ms, 0);
     return true;
 }
+
+/* TERN_TEST_V1_FINISH_FAIL=PREFIX (ternd-test): the first TOPIC_READY or
+ * take-back (TOPIC_DELETE) of a /v1 creation of a topic whose name starts
+ * with PREFIX fails (UV_ETIMEDOUT) without being proposed, as one past
+ * the write's budget on a metastore without a leader would. */
+static bool test_finish_fails(op_t *op)
+{
+    const char *spec = getenv("TERN_TEST_V1_FINISH_FAIL");
+    if (spec == NULL || spec[0] == '\0' || op->failed_once ||
+        strncmp(op->topic, spec, strlen(spec)) != 0)
+        return false;
+    op->failed_once = true;
+    return true;
+}
 #else
 static bool test_hook(op_t *op)
+{
+    (void)op;
+    return false;
+}
+
+static bool test_finish_fails(op_t *op)
 {
     (void)op;
     return false;
