@@ -128,6 +128,12 @@ typedef struct tn_v1_s {
      * whose record is taken back holds the name's creations there
      * (tn_catalog_hold_creations). */
     struct tn_catalog_s *catalog;
+    /* /v1 creations that answered while their record still carried this
+     * node's creation mark, finishing by themselves (api/v1/topics.c,
+     * finish_later; owned here), and the timer that retries them (owned;
+     * NULL until the first). */
+    struct tn__v1_op_s *finishing;
+    uv_timer_t *finish_timer;
 } tn_v1_t;
 
 /* 0 or an error; tn_v1_close releases it. */

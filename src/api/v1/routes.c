@@ -317,6 +317,7 @@ void tn_v1_close(tn_v1_t *v)
     v->rchild = NULL;
     tn__v1_users_close(v);
     tn__v1_remotes_close(v);
+    tn__v1_topics_close(v);
     tn_quota_fini(&v->produces);
     if (v->authn != NULL)
         tn_authn_close(v->authn, NULL, NULL);

@@ -383,7 +383,7 @@ typedef struct {
 
 /* One create, change or delete under way; the request may leave before
  * it ends. */
-typedef struct {
+typedef struct tn__v1_op_s {
     tn_v1_t *v;
     tn_http_request_t *r; /* NULL once the client left */
     tn_meta_req_t mreq;
@@ -403,6 +403,13 @@ typedef struct {
     bool undo;
     int refused;
     bool marked; /* create: its record carries this node's creation mark */
+    /* A creation answered while its mark stood (its TOPIC_READY or its
+     * take-back not committed): on v->finishing (finish_later), proposing
+     * it again every FINISH_RETRY_MS, until the metastore records it or
+     * the record is no longer this node's marked one. proposing: one is
+     * under way. */
+    bool finishing, proposing;
+    struct tn__v1_op_s *next;
 #ifdef TN_TEST
     uv_timer_t *hook; /* TERN_TEST_V1_CREATE_FAIL's delay (test_fail_after) */
     bool failed_once; /* TERN_TEST_V1_FINISH_FAIL's failure done (test_finish_fails) */
@@ -415,7 +422,20 @@ static void op_cancel(tn_http_request_t *r)
     op->r = NULL;
 }
 
-static void op_end(op_t *op, int status, const char *msg)
+/* Free op, off v->finishing if it was there. */
+static void op_free(op_t *op)
+{
+    if (op->finishing) {
+        op_t **pp = &op->v->finishing;
+        while (*pp != op)
+            pp = &(*pp)->next;
+        *pp = op->next;
+    }
+    tn_free(op);
+}
+
+/* Answer op's client, if still there (op stays). */
+static void op_answer(op_t *op, int status, const char *msg)
 {
     tn_buf_t b;
     tn_buf_init(&b);
@@ -427,7 +447,13 @@ static void op_end(op_t *op, int status, const char *msg)
             tn_buf_append(&b, "{}", 2);
     }
     tn__v1_end(op->r, status, msg, &b);
-    tn_free(op);
+    op->r = NULL;
+}
+
+static void op_end(op_t *op, int status, const char *msg)
+{
+    op_answer(op, status, msg);
+    op_free(op);
 }
 
 /* Start an operation on c's topic by proposing c; r stays parked until
@@ -468,10 +494,28 @@ static bool op_start(tn_v1_t *v, tn_http_request_t *r, const tn_meta_cmd_t *c, t
 
 static void create_step(op_t *op);
 static bool test_finish_fails(op_t *op);
+static void finish_later(op_t *op);
 
-#define READY_LOST                                                                                 \
-    "topic made, but the control plane did not record it ready; publishes to it are refused "      \
-    "until this node restarts"
+/* The answer when TOPIC_READY was not committed (finish_later). */
+#define READY_LATER                                                                                \
+    "topic made, but not recorded ready yet (the control plane did not answer); this node "        \
+    "records it by itself once the metastore answers, and publishes to it are refused (retry) "    \
+    "until then"
+
+/* Propose TOPIC_READY for op's record (cb gets its outcome). */
+static void propose_ready(op_t *op, tn_meta_cb cb)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_READY;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", op->topic);
+    c.topic.created_at_ms = op->created_at_ms;
+    op->mreq.data = op;
+    if (test_finish_fails(op))
+        cb(&op->mreq, UV_ETIMEDOUT);
+    else if (tn_meta_propose(op->v->meta, &op->mreq, &c, cb) != 0)
+        cb(&op->mreq, UV_ECANCELED);
+}
 
 /* The creation is made here and its record ready (or the mark could not
  * be cleared: see on_channel_recorded): the answer. */
@@ -479,14 +523,16 @@ static void on_ready_recorded(tn_meta_req_t *req, int status)
 {
     op_t *op = req->data;
     if (status != 0 && status != TN_ENOTFOUND && status != TN_ECHANGED) {
-        /* Not committed (the metastore did not answer): the mark stays
-         * until this node's session is fenced (a restart): publishes to
-         * the topic are refused meanwhile (503, retry). */
+        /* Not committed (the metastore did not answer): the mark stays,
+         * and publishes to the topic are refused (503, retry), until this
+         * node proposes it again and it is (finish_later), or its session
+         * is fenced (a restart: meta/state.h). */
         TN_LOG(TN_LOG_ERROR,
-               "topic %s: made, but its record could not be marked ready: %s; publishes to it are "
-               "refused until this node restarts",
+               "topic %s: made, but its record could not be marked ready: %s; proposed again "
+               "every second (publishes to it are refused until then)",
                op->topic, tn_strerror(status));
-        op_end(op, tn__v1_meta_code(status), READY_LOST);
+        op_answer(op, tn__v1_meta_code(status), READY_LATER);
+        finish_later(op);
         return;
     }
     /* Gone or made again meanwhile (TN_ENOTFOUND, TN_ECHANGED): the answer
@@ -513,44 +559,80 @@ static void on_channel_recorded(tn_meta_req_t *req, int status)
         on_ready_recorded(req, 0);
         return;
     }
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_TOPIC_READY;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", op->topic);
-    c.topic.created_at_ms = op->created_at_ms;
-    op->mreq.data = op;
-    if (test_finish_fails(op))
-        on_ready_recorded(&op->mreq, UV_ETIMEDOUT);
-    else if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_ready_recorded) != 0)
-        on_ready_recorded(&op->mreq, UV_ECANCELED);
+    propose_ready(op, on_ready_recorded);
 }
 
 static void on_delete_recorded(tn_meta_req_t *req, int status);
 
+/* What becomes of the record of a creation the engine refused. */
+typedef enum {
+    UNDO_DONE,  /* taken back */
+    UNDO_KEPT,  /* it stays: its mark went with this node's fenced session, or it stops */
+    UNDO_LATER, /* not taken back yet: this node takes it back by itself (finish_later) */
+} undo_end_t;
+
 /* What follows the error of a refused creation (but near the descriptor
- * limit: TN__V1_FD_KEPT) whose record could not be taken back. */
+ * limit: TN__V1_FD_KEPT, FD_LATER) whose record stays (UNDO_KEPT). */
 #define KEPT                                                                                       \
     ", and its record could not be taken back (the metastore did not answer): delete the "         \
     "topic, then create it again"
+/* And whose record is not taken back yet (UNDO_LATER). */
+#define LATER                                                                                      \
+    ", and its record is not taken back yet (the metastore did not answer): it is taken back "     \
+    "once the metastore answers (the topic is then gone); create it again after that"
+#define FD_LATER                                                                                   \
+    "cannot create it now: too many open files, and its record is not taken back yet (the "        \
+    "metastore did not answer): it is taken back once the metastore answers; create it again "     \
+    "after that, once descriptors are free"
 
 /* The answer to a creation the engine refused with op->refused, its
- * record taken back (kept: the metastore did not take it back): near the
- * descriptor limit a 503 to retry, on a full disk a 507, else a 500 with
- * the error. */
-static void create_refused(op_t *op, bool kept)
+ * record's fate how: near the descriptor limit a 503 to retry, on a full
+ * disk a 507, else a 500 with the error. */
+static void create_refused(op_t *op, undo_end_t how)
 {
     int rc = op->refused;
+    int code = tn_io_nospace(rc) ? 507 : 500;
+    char msg[512];
     if (rc == UV_EMFILE) {
-        op_end(op, 503, kept ? TN__V1_FD_KEPT : TN__V1_FD_FULL);
+        code = 503;
+        snprintf(msg, sizeof(msg), "%s",
+                 how == UNDO_KEPT    ? TN__V1_FD_KEPT
+                 : how == UNDO_LATER ? FD_LATER
+                                     : TN__V1_FD_FULL);
+    } else {
+        snprintf(msg, sizeof(msg), "%s%s%s",
+                 tn_io_nospace(rc) ? "cannot create it now: " : "create failed: ", tn_strerror(rc),
+                 how == UNDO_KEPT    ? KEPT
+                 : how == UNDO_LATER ? LATER
+                 : tn_io_nospace(rc) ? "; retry once space is freed"
+                                     : "");
+    }
+    if (how != UNDO_LATER) {
+        op_end(op, code, msg);
         return;
     }
-    char msg[512];
-    snprintf(msg, sizeof(msg), "%s%s%s",
-             tn_io_nospace(rc) ? "cannot create it now: " : "create failed: ", tn_strerror(rc),
-             kept                ? KEPT
-             : tn_io_nospace(rc) ? "; retry once space is freed"
-                                 : "");
-    op_end(op, tn_io_nospace(rc) ? 507 : 500, msg);
+    op_answer(op, code, msg);
+    finish_later(op);
+}
+
+/* Propose the take-back of op's record (its TOPIC_DELETE):
+ * on_delete_recorded. */
+static void take_back(op_t *op)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_DELETE;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", op->topic);
+    c.topic.created_at_ms = op->created_at_ms; /* not encoded: the purge's */
+    op->undo = true;
+    /* Until the deletion is committed, a creation of the name through the
+     * gate (an NSQ PUB) waits rather than pass on this record. */
+    tn_catalog_hold_creations(op->v->catalog, op->topic, op->created_at_ms, true);
+    op->mreq.data = op;
+    if (test_finish_fails(op))
+        on_delete_recorded(&op->mreq, UV_ETIMEDOUT);
+    else if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_delete_recorded) != 0)
+        on_delete_recorded(&op->mreq, UV_ECANCELED);
 }
 
 /* The engine could not make op's topic or its channel (rc). The answer
@@ -567,7 +649,7 @@ static void create_failed(op_t *op, int rc)
     op->refused = rc;
     const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
     if (e == NULL || e->rec.created_at_ms != op->created_at_ms || op->v->closing) {
-        create_refused(op, false); /* not this creation's record any longer */
+        create_refused(op, UNDO_DONE); /* not this creation's record any longer */
         return;
     }
     if (op->marked && e->rec.creating != op->v->node_id) {
@@ -575,23 +657,123 @@ static void create_failed(op_t *op, int rc)
          * other nodes may have acknowledged publishes to the topic since,
          * which a take-back would delete. It stays; the catalog makes it
          * here when it can. */
-        create_refused(op, true);
+        create_refused(op, UNDO_KEPT);
         return;
     }
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_TOPIC_DELETE;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", op->topic);
-    c.topic.created_at_ms = op->created_at_ms; /* not encoded: the purge's */
-    op->undo = true;
-    /* Until the deletion is committed, a creation of the name through the
-     * gate (an NSQ PUB) waits rather than pass on this record. */
-    tn_catalog_hold_creations(op->v->catalog, op->topic, op->created_at_ms, true);
-    op->mreq.data = op;
-    if (test_finish_fails(op))
-        on_delete_recorded(&op->mreq, UV_ETIMEDOUT);
-    else if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_delete_recorded) != 0)
-        on_delete_recorded(&op->mreq, UV_ECANCELED);
+    take_back(op);
+}
+
+/* --- creations answered before their mark went -------------------------------- */
+
+/* How often such a creation proposes its TOPIC_READY or take-back again. */
+#define FINISH_RETRY_MS 1000
+
+static void on_finish_ready(tn_meta_req_t *req, int status)
+{
+    op_t *op = req->data;
+    op->proposing = false;
+    if (status == 0 || status == TN_ENOTFOUND || status == TN_ECHANGED) {
+        TN_LOG(TN_LOG_NOTICE, "topic %s: its record is marked ready at last%s", op->topic,
+               status == 0 ? "" : " (gone or made again meanwhile)");
+        op_free(op);
+        return;
+    }
+    if (op->v->closing)
+        op_free(op); /* its session is fenced at the next start: the topic is ready then */
+    /* else the timer proposes it again */
+}
+
+/* One more try at what op left unfinished (a TOPIC_READY, or a take-back
+ * when op->undo), while its record is still the one this node marked.
+ * Else nothing is left to do: the record is gone or made again (taken
+ * back, deleted: what a take-back left still goes, on_delete_recorded),
+ * or no longer marked by this node (ready; or its mark went with this
+ * node's fenced session, and the topic stands: meta/state.h). */
+static void finish_step(op_t *op)
+{
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
+    bool same = e != NULL && e->rec.created_at_ms == op->created_at_ms;
+    if (same && e->rec.creating == op->v->node_id) {
+        op->proposing = true;
+        if (op->undo)
+            take_back(op);
+        else
+            propose_ready(op, on_finish_ready);
+        return;
+    }
+    if (op->undo && !same) {
+        op->proposing = true;
+        on_delete_recorded(&op->mreq, 0); /* its purge, then freed */
+        return;
+    }
+    TN_LOG(TN_LOG_NOTICE, "topic %s: its creation is no longer marked by this node%s", op->topic,
+           op->undo ? "; its record stays" : "");
+    op_free(op);
+}
+
+static void on_finish_timer(uv_timer_t *h)
+{
+    tn_v1_t *v = h->data;
+    op_t *next = NULL;
+    for (op_t *op = v->finishing; op != NULL; op = next) {
+        next = op->next; /* finish_step frees op at most */
+        if (!op->proposing)
+            finish_step(op);
+    }
+    if (v->finishing == NULL)
+        uv_timer_stop(h);
+}
+
+/* op answered its client while its record still carries this node's
+ * creation mark (its TOPIC_READY, or its take-back, not committed): it
+ * goes on v->finishing, and proposes it again every FINISH_RETRY_MS until
+ * it is committed (or the record is no longer that marked one:
+ * finish_step), so the mark does not stay, and publishes to the topic
+ * refused, for as long as this node runs. */
+static void finish_later(op_t *op)
+{
+    tn_v1_t *v = op->v;
+    if (v->closing) {
+        op_free(op); /* its session is fenced at the next start (meta/state.h) */
+        return;
+    }
+    if (v->finish_timer == NULL) {
+        uv_timer_t *h = tn_calloc(1, sizeof(*h));
+        if (h == NULL || uv_timer_init(v->loop, h) != 0) {
+            tn_free(h);
+            TN_LOG(TN_LOG_ERROR,
+                   "topic %s: out of memory: its creation mark stays until this node restarts",
+                   op->topic);
+            op_free(op);
+            return;
+        }
+        h->data = v;
+        v->finish_timer = h;
+    }
+    op->finishing = true;
+    op->proposing = false;
+    op->next = v->finishing;
+    v->finishing = op;
+    if (!uv_is_active((uv_handle_t *)v->finish_timer))
+        uv_timer_start(v->finish_timer, on_finish_timer, FINISH_RETRY_MS, FINISH_RETRY_MS);
+}
+
+static void on_finish_timer_closed(uv_handle_t *h)
+{
+    tn_free(h);
+}
+
+void tn__v1_topics_close(tn_v1_t *v)
+{
+    if (v->finish_timer != NULL)
+        uv_close((uv_handle_t *)v->finish_timer, on_finish_timer_closed);
+    v->finish_timer = NULL;
+    op_t *next = NULL;
+    for (op_t *op = v->finishing; op != NULL; op = next) {
+        next = op->next;
+        if (!op->proposing) /* else its callback frees it, seeing v->closing */
+            op_free(op);
+    }
 }
 
 static void on_create_wait(tn_waiter_t *w, int status)
@@ -1216,7 +1398,7 @@ static void on_purged(void *arg, int status, const char *error)
         if (status != 0)
             TN_LOG(TN_LOG_WARN, "topic %s: its refused creation is taken back; %s", op->topic,
                    error);
-        create_refused(op, false);
+        create_refused(op, UNDO_DONE);
         return;
     }
     if (status != 0) {
@@ -1234,14 +1416,21 @@ static void on_delete_recorded(tn_meta_req_t *req, int status)
     if (op->undo) /* the record is gone, or stays: creations go on */
         tn_catalog_hold_creations(op->v->catalog, op->topic, op->created_at_ms, false);
     if (op->undo && (status != 0 || op->v->closing)) {
+        if (status != 0 && status != TN_ENOTFOUND && op->finishing) {
+            op->proposing = false;
+            if (op->v->closing)
+                op_free(op); /* its session is fenced at the next start: the record stays */
+            return;          /* else the timer proposes it again (finish_later) */
+        }
         if (status != 0 && status != TN_ENOTFOUND) {
             TN_LOG(TN_LOG_ERROR,
-                   "topic %s: taking back the record of its refused creation failed: %s", op->topic,
-                   tn_strerror(status));
-            create_refused(op, true);
+                   "topic %s: taking back the record of its refused creation failed: %s%s",
+                   op->topic, tn_strerror(status),
+                   op->v->closing ? "" : "; proposed again every second");
+            create_refused(op, op->v->closing ? UNDO_KEPT : UNDO_LATER);
             return;
         }
-        create_refused(op, false);
+        create_refused(op, UNDO_DONE);
         return;
     }
     if (status == TN_ENOTFOUND) {
