@@ -110,9 +110,12 @@ static int look(const held_t *x)
         return TN_ENOTFOUND;
     /* Gone (an NSQ publish records the topic anew) or made again (marked:
      * the router holds it again): never onto the engine's topic made from
-     * the old record, which goes once the catalog follows the change. */
+     * the old record, which goes once the catalog follows the change;
+     * nor while it is being deleted (its files on a worker: the engine
+     * refuses a publish to it, UV_EBUSY). */
     const tn_topic_t *t = tn_broker_topic_find(x->h->b, x->topic);
-    if (t != NULL && t->record_created_ms == x->created_at_ms && t->state == TN_OBJ_READY)
+    if (t != NULL && t->record_created_ms == x->created_at_ms &&
+        (t->state == TN_OBJ_READY || t->state == TN_OBJ_DELETING))
         return late ? TN_ECREATING : UV_EAGAIN;
     return 0;
 }

@@ -448,18 +448,25 @@ static int topic_ready(rfx_t *f, const char *name, int64_t at)
     return tu_meta_propose_wait(f->loop, f->m, &c);
 }
 
-/* Publish one message to name through the router: held (not answered
- * within 300 ms). */
-static void publish_held(rfx_t *f, held_pub_t *h, const char *name)
+/* Publish one message to name through the router (grow_here: as an NSQ
+ * door's, which records a missing topic anew): held (not answered within
+ * 300 ms). */
+static void publish_held_as(rfx_t *f, held_pub_t *h, const char *name, bool grow_here)
 {
     memset(h, 0, sizeof(*h));
     assert_int_equal(tn_pub_init(&h->pub, 1), 0);
     assert_int_equal(tn_pub_set(&h->pub, 0, "m", 1), 0);
     h->pub.data = h;
+    h->pub.grow_here = grow_here;
     assert_int_equal(
         tn_router_publish(f->router, name, strlen(name), &h->pub, 0, on_held_published), 0);
     run_for(f, 300);
     assert_false(h->done);
+}
+
+static void publish_held(rfx_t *f, held_pub_t *h, const char *name)
+{
+    publish_held_as(f, h, name, false);
 }
 
 static uint64_t next_offset(rfx_t *f, const char *name)
@@ -524,6 +531,47 @@ static void test_held_then_taken_back(void **state)
     rfx_free(f);
 }
 
+static void on_old_deleted(void *arg, int status)
+{
+    assert_int_equal(status, 0);
+    *(bool *)arg = true;
+}
+
+/* Taken back while an NSQ door's publish is held: it waits while the
+ * engine still has the topic made from the old record, also while that
+ * one is being deleted (it was routed onto it then, and refused UV_EBUSY:
+ * /pub's E_STORAGE), and goes into the topic recorded anew once the old
+ * one is gone. */
+static void test_held_while_the_old_topic_goes(void **state)
+{
+    (void)state;
+    rfx_t *f = rfx_new();
+    marked_topic(f, "undone", 1000);
+    tn_topic_t *t = tn_broker_topic_find(f->b, "undone");
+    t->record_created_ms = 1000; /* made from that record (the catalog's stamp) */
+    held_pub_t h;
+    publish_held_as(f, &h, "undone", true);
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_DELETE;
+    snprintf(c.topic.name, sizeof(c.topic.name), "undone");
+    commit(f, &c);
+    /* The catalog deleting it: its files going on a worker. */
+    t->state = TN_OBJ_DELETING;
+    run_for(f, 200);
+    if (h.done)
+        fail_msg("answered %s while the old topic was being deleted", tn_strerror(h.status));
+    t->state = TN_OBJ_READY;
+    bool deleted = false;
+    assert_int_equal(tn_topic_delete(t, on_old_deleted, &deleted), 0);
+    assert_true(tu_run_loop(f->loop, tu_is_true, &deleted));
+    assert_true(tu_run_loop(f->loop, tu_is_true, &h.done));
+    assert_int_equal(h.status, 0);
+    assert_int_equal(next_offset(f, "undone"), 1);
+    tn_pub_fini(&h.pub);
+    rfx_free(f);
+}
+
 /* Still marked after TN_ROUTER_CREATE_HOLD_MS: refused with the doors'
  * retryable answer; and a publish held as the router is freed answers
  * TN_ECLOSED. */
@@ -565,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_replica_errors),
         cmocka_unit_test(test_held_until_ready),
         cmocka_unit_test(test_held_then_taken_back),
+        cmocka_unit_test(test_held_while_the_old_topic_goes),
         cmocka_unit_test(test_held_too_long),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
