@@ -175,11 +175,35 @@ class CreateMark(harness.ClusterTest):
             wait_until(f"late-undo gone on node {node.id}", lambda n=node: n.request(
                 "GET", "/v1/topics/late-undo")[0] == 404, 15)
         self.assertIn("taken back once the metastore answers", undo_error)
-        # Gone: created again, it is an ordinary topic.
-        st, body = n2.request("POST", "/v1/topics", {"name": "late-undo", "partitions": 3})
-        self.assertEqual(st, 201, body)
+        # Gone: created again (once node 2's engine let go of the old one:
+        # 409 until then), it is an ordinary topic.
+        def created():
+            st, body = n2.request("POST", "/v1/topics", {"name": "late-undo", "partitions": 3})
+            self.assertIn(st, (201, 409), body)
+            return st == 201
+        wait_until("late-undo created again", created, 10)
         st, body = n3.request("POST", "/v1/topics/late-undo/produce", b"m", headers=OCTET)
         self.assertEqual(st, 202, body)
+        self.stop_all(c)
+
+    def test_a_node_stops_while_a_creation_is_still_finishing(self):
+        """Its TOPIC_READY never committed (TERN_TEST_V1_FINISH_FAIL fails
+        them all): the topic stays marked, proposed again every second,
+        and the node still stops cleanly (a sanitized build's exit status
+        says nothing leaked)."""
+        c = self.make(3, security=False)
+        n1, n2, n3 = c.nodes
+        n1.start(env=dict(c.env(), TERN_TEST_V1_FINISH_FAIL="never=1000000"))
+        n2.start()
+        n3.start()
+        c.wait_ready()
+        c.wait_alive(3)
+        st, body = n1.request("POST", "/v1/topics", {"name": "never", "partitions": 3})
+        self.assertEqual(st, 503, body)
+        st, body = n2.request("GET", "/v1/topics/never")
+        self.assertEqual(st, 200, body)
+        wait_until("a retry of its TOPIC_READY", lambda: "topic never: its record still could "
+                   "not be marked ready" in n1.log(), 10)
         self.stop_all(c)
 
 

@@ -412,7 +412,7 @@ typedef struct tn__v1_op_s {
     struct tn__v1_op_s *next;
 #ifdef TN_TEST
     uv_timer_t *hook; /* TERN_TEST_V1_CREATE_FAIL's delay (test_fail_after) */
-    bool failed_once; /* TERN_TEST_V1_FINISH_FAIL's failure done (test_finish_fails) */
+    int failed;       /* TERN_TEST_V1_FINISH_FAIL's failures so far (test_finish_fails) */
 #endif
 } op_t;
 
@@ -678,9 +678,14 @@ static void on_finish_ready(tn_meta_req_t *req, int status)
         op_free(op);
         return;
     }
-    if (op->v->closing)
+    if (op->v->closing) {
         op_free(op); /* its session is fenced at the next start: the topic is ready then */
-    /* else the timer proposes it again */
+        return;
+    }
+    TN_LOG_RL(TN_LOG_WARN, 10000,
+              "topic %s: its record still could not be marked ready: %s; proposed again every "
+              "second",
+              op->topic, tn_strerror(status));
 }
 
 /* One more try at what op left unfinished (a TOPIC_READY, or a take-back
@@ -871,17 +876,22 @@ static bool test_hook(op_t *op)
     return true;
 }
 
-/* TERN_TEST_V1_FINISH_FAIL=PREFIX (ternd-test): the first TOPIC_READY or
- * take-back (TOPIC_DELETE) of a /v1 creation of a topic whose name starts
- * with PREFIX fails (UV_ETIMEDOUT) without being proposed, as one past
- * the write's budget on a metastore without a leader would. */
+/* TERN_TEST_V1_FINISH_FAIL=PREFIX[=N] (ternd-test): the first N (1 when
+ * not given) proposals of a TOPIC_READY or take-back (TOPIC_DELETE) of a
+ * /v1 creation of a topic whose name starts with PREFIX fail
+ * (UV_ETIMEDOUT) without being proposed, as ones past the write's budget
+ * on a metastore without a leader would. */
 static bool test_finish_fails(op_t *op)
 {
     const char *spec = getenv("TERN_TEST_V1_FINISH_FAIL");
-    if (spec == NULL || spec[0] == '\0' || op->failed_once ||
-        strncmp(op->topic, spec, strlen(spec)) != 0)
+    if (spec == NULL || spec[0] == '\0')
         return false;
-    op->failed_once = true;
+    const char *eq = strchr(spec, '=');
+    size_t len = eq != NULL ? (size_t)(eq - spec) : strlen(spec);
+    int n = eq != NULL ? atoi(eq + 1) : 1;
+    if (op->failed >= n || strncmp(op->topic, spec, len) != 0)
+        return false;
+    op->failed++;
     return true;
 }
 #else
@@ -1418,9 +1428,15 @@ static void on_delete_recorded(tn_meta_req_t *req, int status)
     if (op->undo && (status != 0 || op->v->closing)) {
         if (status != 0 && status != TN_ENOTFOUND && op->finishing) {
             op->proposing = false;
-            if (op->v->closing)
+            if (op->v->closing) {
                 op_free(op); /* its session is fenced at the next start: the record stays */
-            return;          /* else the timer proposes it again (finish_later) */
+                return;
+            }
+            TN_LOG_RL(TN_LOG_WARN, 10000,
+                      "topic %s: the record of its refused creation still could not be taken "
+                      "back: %s; proposed again every second",
+                      op->topic, tn_strerror(status));
+            return;
         }
         if (status != 0 && status != TN_ENOTFOUND) {
             TN_LOG(TN_LOG_ERROR,
