@@ -206,6 +206,40 @@ class CreateMark(harness.ClusterTest):
                    "not be marked ready" in n1.log(), 10)
         self.stop_all(c)
 
+    def test_a_record_committed_after_its_creator_gave_up_is_finished(self):
+        """The record's proposal answered UV_ETIMEDOUT (the creator's
+        budget passed) though a leader committed it
+        (TERN_TEST_V1_CREATE_LOST): the client got its 503, and the
+        record stands marked by a creator that is still up. Before, every
+        publish to it was refused until node 1 restarted; now node 1
+        finishes the creation (its part, the default channel, the mark
+        cleared) once it sees the record."""
+        c = self.make(3, security=False)
+        n1, n2, n3 = c.nodes
+        n1.start(env=dict(c.env(), TERN_TEST_V1_CREATE_LOST="lost"))
+        n2.start()
+        n3.start()
+        c.wait_ready()
+        c.wait_alive(3)
+        st, body = n1.request("POST", "/v1/topics", {"name": "lost", "partitions": 3})
+        sys.stderr.write(f"[create_mark] lost create: {st} {body!r}\n")
+        self.assertEqual(st, 503, body)
+        tries = []
+
+        def produced():
+            pst, pbody = n3.request("POST", "/v1/topics/lost/produce", b"after the 503",
+                                    headers=OCTET, timeout=10)
+            tries.append(pst)
+            return pst == 202
+        try:
+            wait_until("a produce to lost accepted", produced, 15)
+        finally:
+            sys.stderr.write(f"[create_mark] lost produces: {tries}\n")
+        wait_until("lost's default channel", lambda: "default" in [
+            ch["name"] if isinstance(ch, dict) else ch
+            for ch in (n2.request("GET", "/v1/topics/lost")[1] or {}).get("channels", [])], 10)
+        self.stop_all(c)
+
 
 if __name__ == "__main__":
     harness.main()
