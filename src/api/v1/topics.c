@@ -409,6 +409,10 @@ typedef struct tn__v1_op_s {
      * the record is no longer this node's marked one. proposing: one is
      * under way. */
     bool finishing, proposing;
+    /* A creation whose record's proposal failed without a refusal (it may
+     * commit still: meta/meta.h): until when (monotonic ms) it looks for
+     * the record, to make its part then (finish_step); 0: not such a one. */
+    int64_t lost_until_ms;
     struct tn__v1_op_s *next;
 #ifdef TN_TEST
     uv_timer_t *hook; /* TERN_TEST_V1_CREATE_FAIL's delay (test_fail_after) */
@@ -540,7 +544,7 @@ static void on_ready_recorded(tn_meta_req_t *req, int status)
     if (op->parent[0] != '\0') {
         /* The attach answers (201 with the attached child). */
         tn__v1_attach_created(op->v, op->r, op->parent, op->topic, op->delay_ms);
-        tn_free(op);
+        op_free(op);
         return;
     }
     op_end(op, 201, NULL);
@@ -667,6 +671,10 @@ static void create_failed(op_t *op, int rc)
 
 /* How often such a creation proposes its TOPIC_READY or take-back again. */
 #define FINISH_RETRY_MS 1000
+/* How long a creation whose record's proposal failed without a refusal
+ * looks for the record: a few times the proposal's own budget, in which
+ * a new leader commits what the old one appended. */
+#define LOST_WAIT_MS (6 * TN_META_PROPOSE_MS)
 
 static void on_finish_ready(tn_meta_req_t *req, int status)
 {
@@ -698,6 +706,24 @@ static void finish_step(op_t *op)
 {
     const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
     bool same = e != NULL && e->rec.created_at_ms == op->created_at_ms;
+    if (op->lost_until_ms != 0 && e == NULL && tn_now_mono_ms() < op->lost_until_ms)
+        return; /* its record may still come */
+    if (op->lost_until_ms != 0 && same && e->rec.creating == op->v->node_id) {
+        /* Committed after all: the creation goes on where it stopped (its
+         * part here, its default channel, then TOPIC_READY), its client
+         * answered already. */
+        TN_LOG(TN_LOG_NOTICE,
+               "topic %s: its record was committed after its creation was answered; making it",
+               op->topic);
+        op->lost_until_ms = 0;
+        op->proposing = true;
+        create_step(op);
+        return;
+    }
+    if (op->lost_until_ms != 0) {
+        op_free(op); /* never committed, or not this creation's record */
+        return;
+    }
     if (same && e->rec.creating == op->v->node_id) {
         op->proposing = true;
         if (op->undo)
@@ -740,6 +766,10 @@ static void finish_later(op_t *op)
     tn_v1_t *v = op->v;
     if (v->closing) {
         op_free(op); /* its session is fenced at the next start (meta/state.h) */
+        return;
+    }
+    if (op->finishing) { /* a lost creation going on (finish_step) */
+        op->proposing = false;
         return;
     }
     if (v->finish_timer == NULL) {
@@ -949,7 +979,16 @@ static void on_create_recorded(tn_meta_req_t *req, int status)
         return;
     }
     if (status != 0) {
-        op_end(op, tn__v1_meta_code(status), tn__v1_meta_why(status));
+        op_answer(op, tn__v1_meta_code(status), tn__v1_meta_why(status));
+        if (!op->marked || status == TN_ECLOSED) {
+            op_free(op);
+            return;
+        }
+        /* Not refused: the record may commit still (a copy a former
+         * leader appended), marked by this node, which no longer works
+         * on it: it looks for it a while, to finish it then. */
+        op->lost_until_ms = tn_now_mono_ms() + LOST_WAIT_MS;
+        finish_later(op);
         return;
     }
     if (test_hook(op))
