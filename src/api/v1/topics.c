@@ -681,8 +681,9 @@ static void on_finish_ready(tn_meta_req_t *req, int status)
     op_t *op = req->data;
     op->proposing = false;
     if (status == 0 || status == TN_ENOTFOUND || status == TN_ECHANGED) {
-        TN_LOG(TN_LOG_NOTICE, "topic %s: its record is marked ready at last%s", op->topic,
-               status == 0 ? "" : " (gone or made again meanwhile)");
+        TN_LOG(TN_LOG_NOTICE, "topic %s: %s", op->topic,
+               status == 0 ? "its record is marked ready at last"
+                           : "its record is gone or made again: nothing left to mark ready");
         op_free(op);
         return;
     }
@@ -756,11 +757,13 @@ static void on_finish_timer(uv_timer_t *h)
 }
 
 /* op answered its client while its record still carries this node's
- * creation mark (its TOPIC_READY, or its take-back, not committed): it
- * goes on v->finishing, and proposes it again every FINISH_RETRY_MS until
- * it is committed (or the record is no longer that marked one:
- * finish_step), so the mark does not stay, and publishes to the topic
- * refused, for as long as this node runs. */
+ * creation mark (its TOPIC_READY, or its take-back, not committed; or,
+ * op->lost_until_ms set, its record's proposal failed and may commit
+ * still): it goes on v->finishing, and proposes it again every
+ * FINISH_RETRY_MS until it is committed (or the record is no longer that
+ * marked one: finish_step), so the mark does not stay, and publishes to
+ * the topic refused, for as long as this node runs. Called again for an
+ * op on the list (a lost creation going on): it waits for the timer. */
 static void finish_later(op_t *op)
 {
     tn_v1_t *v = op->v;
