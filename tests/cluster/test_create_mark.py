@@ -55,6 +55,18 @@ def in_thread(fn):
 class CreateMark(harness.ClusterTest):
     node_args = ["--default-replication-factor=1"]
 
+    def three(self, **hooks):
+        """Three nodes up, node 1 with the test hooks given (env); the
+        NSQ door may publish to a /v1 topic (security off)."""
+        c = self.make(3, security=False)
+        n1, n2, n3 = c.nodes
+        n1.start(env=dict(c.env(), **hooks))
+        n2.start()
+        n3.start()
+        c.wait_ready()
+        c.wait_alive(3)
+        return c
+
     def messages(self, node, topic):
         """The messages node's GET /v1/topics/{topic} counts over its
         partitions (None: no such topic, or a partition not answering)."""
@@ -65,14 +77,25 @@ class CreateMark(harness.ClusterTest):
             return None
         return sum(p["message_count"] for p in body["partition_stats"])
 
+    def produce_accepted(self, node, topic):
+        """A /v1 produce to topic through node is accepted within 15 s
+        (each held up to 5 s while the topic is marked); the statuses of
+        the tries are shown."""
+        tries = []
+
+        def produced():
+            st, _ = node.request("POST", f"/v1/topics/{topic}/produce", b"after the 503",
+                                 headers=OCTET, timeout=10)
+            tries.append(st)
+            return st == 202
+        try:
+            wait_until(f"a produce to {topic} accepted", produced, 15)
+        finally:
+            sys.stderr.write(f"[create_mark] {topic} produces: {tries}\n")
+
     def test_a_publish_elsewhere_during_a_taken_back_creation_is_not_lost(self):
-        c = self.make(3, security=False)  # the NSQ door may publish to a /v1 topic
+        c = self.three(TERN_TEST_V1_CREATE_FAIL=f"doomed={FAIL_AFTER_MS}")
         n1, n2, n3 = c.nodes
-        n1.start(env=dict(c.env(), TERN_TEST_V1_CREATE_FAIL=f"doomed={FAIL_AFTER_MS}"))
-        n2.start()
-        n3.start()
-        c.wait_ready()
-        c.wait_alive(3)
 
         # A creation that succeeds: ready before its 201, so a produce
         # through another node at once is taken at once.
@@ -147,30 +170,14 @@ class CreateMark(harness.ClusterTest):
         the creator retried, the mark stood for as long as node 1 ran:
         every publish to "late-ready" refused (503 after 5 s held), and
         "late-undo" listed for good, its publishes refused alike."""
-        c = self.make(3, security=False)
+        c = self.three(TERN_TEST_V1_FINISH_FAIL="late", TERN_TEST_V1_CREATE_FAIL="late-undo=0")
         n1, n2, n3 = c.nodes
-        n1.start(env=dict(c.env(), TERN_TEST_V1_FINISH_FAIL="late",
-                          TERN_TEST_V1_CREATE_FAIL="late-undo=0"))
-        n2.start()
-        n3.start()
-        c.wait_ready()
-        c.wait_alive(3)
 
         st, body = n1.request("POST", "/v1/topics", {"name": "late-ready", "partitions": 3})
         sys.stderr.write(f"[create_mark] late-ready create: {st} {body!r}\n")
         self.assertEqual(st, 503, body)
         ready_error = body["error"]
-        tries = []
-
-        def produced():
-            pst, pbody = n2.request("POST", "/v1/topics/late-ready/produce", b"after the 503",
-                                    headers=OCTET, timeout=10)
-            tries.append(pst)
-            return pst == 202
-        try:
-            wait_until("a produce to late-ready accepted", produced, 15)
-        finally:
-            sys.stderr.write(f"[create_mark] late-ready produces: {tries}\n")
+        self.produce_accepted(n2, "late-ready")
         wait_until("late-ready's message counted", lambda: self.messages(n2, "late-ready") == 1,
                    10)
         self.assertIn("not recorded ready yet", ready_error)
@@ -199,13 +206,8 @@ class CreateMark(harness.ClusterTest):
         them all): the topic stays marked, proposed again every second,
         and the node still stops cleanly (a sanitized build's exit status
         says nothing leaked)."""
-        c = self.make(3, security=False)
+        c = self.three(TERN_TEST_V1_FINISH_FAIL="never=1000000")
         n1, n2, n3 = c.nodes
-        n1.start(env=dict(c.env(), TERN_TEST_V1_FINISH_FAIL="never=1000000"))
-        n2.start()
-        n3.start()
-        c.wait_ready()
-        c.wait_alive(3)
         st, body = n1.request("POST", "/v1/topics", {"name": "never", "partitions": 3})
         self.assertEqual(st, 503, body)
         st, body = n2.request("GET", "/v1/topics/never")
@@ -222,27 +224,12 @@ class CreateMark(harness.ClusterTest):
         publish to it was refused until node 1 restarted; now node 1
         finishes the creation (its part, the default channel, the mark
         cleared) once it sees the record."""
-        c = self.make(3, security=False)
+        c = self.three(TERN_TEST_V1_CREATE_LOST="lost")
         n1, n2, n3 = c.nodes
-        n1.start(env=dict(c.env(), TERN_TEST_V1_CREATE_LOST="lost"))
-        n2.start()
-        n3.start()
-        c.wait_ready()
-        c.wait_alive(3)
         st, body = n1.request("POST", "/v1/topics", {"name": "lost", "partitions": 3})
         sys.stderr.write(f"[create_mark] lost create: {st} {body!r}\n")
         self.assertEqual(st, 503, body)
-        tries = []
-
-        def produced():
-            pst, pbody = n3.request("POST", "/v1/topics/lost/produce", b"after the 503",
-                                    headers=OCTET, timeout=10)
-            tries.append(pst)
-            return pst == 202
-        try:
-            wait_until("a produce to lost accepted", produced, 15)
-        finally:
-            sys.stderr.write(f"[create_mark] lost produces: {tries}\n")
+        self.produce_accepted(n3, "lost")
         wait_until("lost's default channel", lambda: "default" in [
             ch["name"] if isinstance(ch, dict) else ch
             for ch in (n2.request("GET", "/v1/topics/lost")[1] or {}).get("channels", [])], 10)
