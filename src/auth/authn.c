@@ -25,7 +25,7 @@
 typedef struct {
     char user[TN_USERNAME_MAX + 1];
     unsigned char mac[32];
-    uint64_t version;
+    char hash[TN_BCRYPT_HASH_MAX + 1]; /* the stored hash it was verified against */
 } cred_t;
 
 typedef struct {
@@ -42,7 +42,6 @@ struct tn_authn_flight_s {
     char hash[TN_BCRYPT_HASH_MAX + 1];
     char password[TN_PASSWORD_MAX + 1];
     size_t len;
-    uint64_t version;
     bool suspect;     /* the user has recent failures */
     bool took_budget; /* a node budget token is held */
     bool ok;
@@ -239,7 +238,7 @@ static void cache_put(tn_authn_t *a, const tn_authn_flight_t *f)
     }
     snprintf(c->user, sizeof(c->user), "%s", f->user);
     memcpy(c->mac, f->mac, 32);
-    c->version = f->version;
+    memcpy(c->hash, f->hash, sizeof(c->hash));
 }
 
 /* --- running bcrypt ------------------------------------------------------------ */
@@ -366,8 +365,7 @@ void tn_authn_check(tn_authn_t *a, tn_authn_req_t *req, const char *user, const 
         answer(a, req, TN_AUTHN_DENIED);
         return;
     }
-    uint64_t version = 0;
-    const char *hash = a->lookup(a->lookup_arg, user, &version);
+    const char *hash = a->lookup(a->lookup_arg, user);
     if (hash == NULL || strlen(hash) > TN_BCRYPT_HASH_MAX) {
         answer(a, req, TN_AUTHN_DENIED); /* unknown user: no bcrypt */
         return;
@@ -379,7 +377,7 @@ void tn_authn_check(tn_authn_t *a, tn_authn_req_t *req, const char *user, const 
         return;
     }
     cred_t *c = tn_u64map_get(&a->creds, fnv(user));
-    if (c != NULL && c->version == version && strcmp(c->user, user) == 0 &&
+    if (c != NULL && strcmp(c->hash, hash) == 0 && strcmp(c->user, user) == 0 &&
         CRYPTO_memcmp(c->mac, mac, 32) == 0) {
         a->st.cache_hits++;
         req->cb(req, TN_AUTHN_OK);
@@ -387,7 +385,7 @@ void tn_authn_check(tn_authn_t *a, tn_authn_req_t *req, const char *user, const 
     }
     /* The same check under way: wait for its answer. */
     for (tn_authn_flight_t *f = a->flights; f != NULL; f = f->next) {
-        if (f->version == version && strcmp(f->user, user) == 0 &&
+        if (strcmp(f->hash, hash) == 0 && strcmp(f->user, user) == 0 &&
             CRYPTO_memcmp(f->mac, mac, 32) == 0) {
             req->flight = f;
             req->next = f->waiters;
@@ -429,7 +427,6 @@ void tn_authn_check(tn_authn_t *a, tn_authn_req_t *req, const char *user, const 
     snprintf(f->hash, sizeof(f->hash), "%s", hash);
     memcpy(f->password, password, len);
     f->len = len;
-    f->version = version;
     f->suspect = suspect;
     f->took_budget = took;
     f->waiters = req;

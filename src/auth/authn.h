@@ -4,9 +4,12 @@
  * DESIGN: a check.
  *   1. Unknown user name: denied at once, without bcrypt (a deliberate
  *      timing leak that spends bcrypt only on real users).
- *   2. A verified-credential cache keyed by the users version: the same
- *      user, password and version as a recent success is allowed at once.
- *      A password change or any user change bumps the version.
+ *   2. A verified-credential cache: the same user, password and stored
+ *      hash as a recent success is allowed at once. A new password, or
+ *      the user made again under its name, has another hash (bcrypt salts
+ *      each), so it goes back to bcrypt; a change of the user's grants, or
+ *      of any other user, does not (what a user may do is read from its
+ *      record at each request, not from here).
  *   3. Per-user throttle (a bucket of 5, one token back every 12 s, spent
  *      by failed bcrypt runs): empty means 429 without bcrypt. A user with
  *      recent failures also needs a token of a node-wide failure budget
@@ -40,9 +43,9 @@ typedef enum {
 
 typedef void (*tn_authn_cb)(tn_authn_req_t *req, tn_authn_result_t result);
 
-/* The stored hash of user and the users version, or NULL when there is no
- * such user. The string is copied before the call returns. */
-typedef const char *(*tn_authn_lookup_cb)(void *arg, const char *user, uint64_t *version);
+/* The stored hash of user, or NULL when there is no such user. The
+ * string is copied before the call returns. */
+typedef const char *(*tn_authn_lookup_cb)(void *arg, const char *user);
 
 /* Caller-owned; in use until cb or tn_authn_cancel. */
 struct tn_authn_req_s {

@@ -46,12 +46,10 @@ typedef struct {
     char user[TN_USERNAME_MAX + 1];
 } authing_t;
 
-static const char *lookup(void *arg, const char *user, uint64_t *version)
+static const char *lookup(void *arg, const char *user)
 {
     tn_v1_t *v = arg;
-    const tn_meta_state_t *s = tn_meta_state(v->meta);
-    *version = s->users_version;
-    const tn_meta_user_t *u = tn_meta_user_find(s, user);
+    const tn_meta_user_t *u = tn_meta_user_find(tn_meta_state(v->meta), user);
     return u != NULL ? u->hash : NULL;
 }
 

@@ -1,7 +1,7 @@
 /* Tests of tern's own credentials: bcrypt hashes, Basic headers, generated
  * passwords, and the verifier (unknown users, the verified-credential
- * cache and its version, shared runs, cancellation, the per-user throttle
- * and the node-wide failure budget). */
+ * cache and the stored hash it keys on, shared runs, cancellation, the
+ * per-user throttle and the node-wide failure budget). */
 #include "core/platform.h"
 
 #include "testutil.h"
@@ -79,15 +79,13 @@ static void test_generated_password(void **state)
 typedef struct {
     char names[NUSERS][16];
     char hashes[NUSERS][TN_BCRYPT_HASH_MAX + 1];
-    uint64_t version;
 } users_t;
 
 static users_t U;
 
-static const char *lookup(void *arg, const char *user, uint64_t *version)
+static const char *lookup(void *arg, const char *user)
 {
     users_t *u = arg;
-    *version = u->version;
     for (int i = 0; i < NUSERS; i++) {
         if (strcmp(u->names[i], user) == 0)
             return u->hashes[i];
@@ -139,7 +137,6 @@ static int setup_users(void **state)
         }
         done = true;
     }
-    U.version = 1;
     return 0;
 }
 
@@ -188,11 +185,25 @@ static void test_verifier_cache_and_shared_runs(void **state)
     tn_authn_stats(a, &st);
     assert_int_equal(st.bcrypt_runs, 4);
     assert_int_equal(st.cache_hits, 2);
-    /* A users change (password, grants) sends it back to bcrypt. */
-    U.version++;
+    /* Another user's new password (any change of another user's, or of
+     * this one's grants, leaves its hash as it is) keeps it cached. */
+    char was[TN_BCRYPT_HASH_MAX + 1];
+    memcpy(was, U.hashes[5], sizeof(was));
+    assert_int_equal(tn_bcrypt_hash("other", 5, U.hashes[5]), 0);
+    assert_int_equal(check(&loop, a, "u0", "right"), TN_AUTHN_OK);
+    tn_authn_stats(a, &st);
+    assert_int_equal(st.bcrypt_runs, 4);
+    memcpy(U.hashes[5], was, sizeof(was));
+    /* Its own new password, even the same one (a user made again under
+     * the name: another salt, another hash), sends it back to bcrypt. */
+    memcpy(was, U.hashes[0], sizeof(was));
+    assert_int_equal(tn_bcrypt_hash("right", 5, U.hashes[0]), 0);
     assert_int_equal(check(&loop, a, "u0", "right"), TN_AUTHN_OK);
     tn_authn_stats(a, &st);
     assert_int_equal(st.bcrypt_runs, 5);
+    assert_int_equal(tn_bcrypt_hash("new", 3, U.hashes[0]), 0);
+    assert_int_equal(check(&loop, a, "u0", "right"), TN_AUTHN_DENIED);
+    memcpy(U.hashes[0], was, sizeof(was));
 
     /* Three identical checks share one run; the one that leaves does not
      * hurt the others. */
@@ -209,7 +220,7 @@ static void test_verifier_cache_and_shared_runs(void **state)
     assert_int_equal(q[2].result, TN_AUTHN_OK);
     assert_int_equal(q[1].done, 0);
     tn_authn_stats(a, &st);
-    assert_int_equal(st.bcrypt_runs, 6);
+    assert_int_equal(st.bcrypt_runs, 7); /* and the new password's refusal */
 
     tn_authn_close(a, NULL, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
