@@ -1137,8 +1137,9 @@ void tn_broker_follow_placement(tn_broker_t *b);
  * (back among its pending entries, nothing recorded: its new owner
  * delivers those messages again); when no partition of t is served here
  * after that, the consumers with a moved callback are detached and told.
- * A local partition the placement leaves
- * unplaced (owner 0) stays local. A remote partition opened here again
+ * A local partition the placement leaves unplaced (owner 0) stays local,
+ * except a replicated one (place_readopt): not placed here, it goes
+ * remote with no leader too. A remote partition opened here again
  * whose channels' logs the engine still holds (tn_topic_part_abandon)
  * has them closed first, once their queued records completed (so their
  * completions and tn_channel_sync waits end as ever), then opened from

@@ -1972,26 +1972,37 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
         uint64_t owner = 0;
         bool here = b->place(b->place_arg, t, i, &owner);
         if (!p->remote) {
-            /* Unplaced keeps what is here; only another owner takes it. */
-            if (!here && owner != 0) {
+            /* Unplaced keeps what is here; only another owner takes it,
+             * or, for a replicated partition, any leader but this node or
+             * none (offline: owner 0): a copy not led here is never served
+             * (a stale one, one the metastore no longer lists here). */
+            bool repl = !here && b->place_readopt != NULL && b->place_readopt(b->place_arg, t, i);
+            if (!here && (owner != 0 || repl)) {
                 p->remote = true;
                 p->left_count++;
                 p->owner = owner;
                 left = true;
                 for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
                     tn__chpart_left(ch->parts[i]);
-                if (p->plog != NULL && b->place_readopt != NULL &&
-                    b->place_readopt(b->place_arg, t, i)) {
-                    /* A replicated partition's leader stepped down: its log
-                     * is set aside for the replica manager to follow on;
-                     * the tail cache would outlive a truncation there. */
+                if (p->plog != NULL && repl) {
+                    /* A replicated partition's leader stepped down (or a
+                     * copy not led here was found at start): its log is
+                     * set aside for the replica manager to follow on, or
+                     * to quarantine; the tail cache would outlive a
+                     * truncation there. */
                     tn__cache_drop_part(p);
                     p->plog->on_progress = NULL;
                     p->plog->data = NULL;
-                    TN_LOG(TN_LOG_NOTICE,
-                           "partition %s/%" PRIu32 " is led by node %" PRIu64
-                           ": no longer served from this node",
-                           t->name, i, owner);
+                    if (owner != 0)
+                        TN_LOG(TN_LOG_NOTICE,
+                               "partition %s/%" PRIu32 " is led by node %" PRIu64
+                               ": no longer served from this node",
+                               t->name, i, owner);
+                    else
+                        TN_LOG(TN_LOG_NOTICE,
+                               "partition %s/%" PRIu32 " has no leader (offline): not served "
+                               "from this node's copy",
+                               t->name, i);
                     continue;
                 }
                 TN_LOG(TN_LOG_WARN,

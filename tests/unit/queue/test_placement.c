@@ -1183,6 +1183,40 @@ static void test_given_away_left_on_disk(void **state)
     qfx_free(q);
 }
 
+static bool odd_replicated(void *arg, const tn_topic_t *t, uint32_t p)
+{
+    (void)arg;
+    (void)t;
+    return p % 2 == 1;
+}
+
+/* A partition open here (found on disk at start) that the placement
+ * leaves unplaced (owner 0): a factor-1 one stays local, a replicated one
+ * (offline: its state names no leader) goes remote, its log set aside,
+ * and serves nothing. Before, both stayed local, so a node served the
+ * copy of an offline partition the metastore may not even list on it
+ * (cluster_offline_copy). */
+static void test_offline_replicated_not_kept(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(qfx_small_memlogs, NULL); /* no placement: everything local */
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    assert_int_equal(publish(q, "t", "p0", 0, NULL, NULL), 0);
+    assert_int_equal(publish(q, "t", "p1", 1, NULL, NULL), 0);
+    tn_broker_set_placement(q->b, place, NULL);
+    q->b->place_readopt = odd_replicated;
+    place_all(0);
+    follow(q, t);
+    assert_true(tn_topic_part_local(t, 0));
+    assert_false(tn_topic_part_local(t, 1));
+    assert_int_equal(t->parts[1]->owner, 0);
+    assert_non_null(tn_topic_part_plog(t, 1)); /* set aside */
+    assert_int_equal(tn_topic_depth(t), 1);
+    assert_int_equal(publish(q, "t", "no", 1, NULL, NULL), TN_EREMOTE);
+    q->b->place_readopt = NULL;
+    qfx_free(q);
+}
+
 /* A replicated partition's leader steps down (the place_readopt hook says
  * replicated): its log is set aside, and the consumers of the topic that
  * asked to hear of it (tn_consumer_t.moved: NSQ's) are detached and told;
@@ -2643,6 +2677,7 @@ int main(void)
         cmocka_unit_test(test_channel_pause_without_a_copy),
         cmocka_unit_test(test_topic_pause_dir_made_during_its_write),
         cmocka_unit_test(test_given_away_left_on_disk),
+        cmocka_unit_test(test_offline_replicated_not_kept),
         cmocka_unit_test(test_moved_consumers_dropped),
         cmocka_unit_test(test_dead_letter_done_after_hand_over_writes_no_fin),
         cmocka_unit_test(test_abandoned_log_reopened_from_files),

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""A replicated partition with no leader (offline) is served by no node,
+whatever copy a node finds on disk at its start (docs/replication.md):
+consumers see only records below the high watermark of the partition's
+leader.
+
+Five nodes (the metastore keeps a quorum with three down), a topic `oc` of
+one partition, factor 2, min-insync 1: replicas A and B, A leading; five
+messages acknowledged (both copies hold them). A stops: B leads, A out of
+the ISR. B takes two more messages, then stops: the partition is offline (no eligible member). A starts
+again: its copy, out of the ISR, may not lead, and a consume through A
+finds nothing.
+
+Before, the engine opened A's copy from disk at the start and kept it: the
+placement left a partition whose owner is 0 (no leader) where it was, so a
+consume through A was answered the five messages from A's stale copy
+(which B, once back, delivers again). Now a replicated partition not led
+here goes remote in the engine, leader or none.
+
+Run: python3 tests/cluster/test_offline_copy.py --ternd build/ternd-test --ternctl build/ternctl
+"""
+import os
+
+import harness
+import test_repl_restore as rr
+from harness import ClusterTest, wait_until
+
+OCTET = {"Content-Type": "application/octet-stream"}
+CLIENT = {"X-Tern-Client": "test-offline-copy"}
+
+
+class OfflineCopyTest(ClusterTest):
+    node_args = ["--replica-lag-time-max=2s", "--member-session-timeout=3s"]
+
+    def pstate(self, node, topic="oc"):
+        status, body = node.request("GET", f"/v1/topics/{topic}", timeout=5)
+        if status != 200 or "partition_stats" not in body:
+            return None
+        return body["partition_stats"][0]
+
+    def test_offline_partition_not_served_from_a_stale_copy(self):
+        c = self.make(5).start()
+        c.wait_alive(5)
+        first = c.nodes[0]
+        st, body = first.request("POST", "/v1/topics", {"name": "oc", "partitions": 1,
+                                                         "replication_factor": 2,
+                                                         "min_insync_replicas": 1})
+        self.assertEqual(st, 201, body)
+        s = wait_until("oc/0 led with two in-sync replicas", lambda: (
+            (s := self.pstate(first)) and s.get("leader") and len(s.get("isr", [])) == 2
+            and s))
+        node = {str(n.id): n for n in c.nodes}
+        a = str(s["leader"])
+        b = [str(r) for r in s["replicas"] if str(r) != a][0]
+        other = [n for n in c.nodes if str(n.id) not in (a, b)][0]
+        for i in range(5):
+            st, body = node[a].request("POST", "/v1/topics/oc/produce?partition=0",
+                                       f"m-{i}".encode(), headers=OCTET)
+            self.assertEqual(st, 202, body)
+        wait_until("both copies hold the five", lambda: (
+            (s := self.pstate(other)) and len(s.get("isr", [])) == 2))
+        node[a].stop()
+        wait_until(f"oc/0 led by {b}, {a} out of the ISR", lambda: (
+            (s := self.pstate(other)) and str(s.get("leader")) == b
+            and [str(r) for r in s.get("isr", [])] == [b]), 60)
+        # B takes two more A's copy lacks.
+        for i in range(2):
+            st, body = node[b].request("POST", "/v1/topics/oc/produce?partition=0",
+                                       f"after-{i}".encode(), headers=OCTET)
+            self.assertEqual(st, 202, body)
+        node[b].stop()
+        wait_until("oc/0 offline", lambda: (
+            (s := self.pstate(other)) and not s.get("leader")), 60)
+        node[a].start()
+        self.check_not_served(node[a], a)
+        # Again with the old leader's hold off (TERN_TEST_HANDFENCE_OFF bit
+        # 1, ternd-test): the gate of a recovered log alone (hw 0 until a
+        # leader here sets it, replica.c gate_recovered), as for a copy
+        # the metastore no longer lists (no replica here to hold it).
+        self.assertEqual(node[a].stop(), 0, node[a].log()[-4000:])
+        node[a].start(env=dict(c.env(), TERN_TEST_HANDFENCE_OFF="2"))
+        self.check_not_served(node[a], a)
+        self.stop_all_running(c)
+
+    def test_offline_partition_not_served_from_a_copy_restored_with_rejoin(self):
+        """Three nodes, a factor-1 topic `sr`: its partition on A holds five
+        acknowledged messages when a backup is taken (A's copy: a factor-1
+        log, no epoch history). The partition moves to B, then B stops: it
+        is offline, B its only replica. A is restored from the backup with
+        `--rejoin` and started: its copy of the partition, which the
+        metastore no longer lists on A, is not served (before: a consume
+        through A was answered the five messages, from a copy no replica
+        holds, ungated (no epoch history), held by no replica here, and
+        kept in the engine as the placement's owner, no leader, is 0)."""
+        c = self.make(3).start()
+        c.wait_alive(3)
+        first = c.nodes[0]
+        st, body = first.request("POST", "/v1/topics", {"name": "sr", "partitions": 1,
+                                                         "replication_factor": 1,
+                                                         "min_insync_replicas": 1})
+        self.assertEqual(st, 201, body)
+        wait_until("an owner of sr/0", lambda: all(
+            (o := n.owners("sr")) and o[0] != "0" for n in c.nodes))
+        node = {str(n.id): n for n in c.nodes}
+        a = str(first.owners("sr")[0])
+        b, cc = [str(n.id) for n in c.nodes if str(n.id) != a]
+        for i in range(5):
+            st, body = node[a].request("POST", "/v1/topics/sr/produce?partition=0",
+                                       f"m-{i}".encode(), headers=OCTET)
+            self.assertEqual(st, 202, body)
+        bdir = os.path.join(c.dir, "backup")
+        r = rr.ternctl("backup", bdir, port=node[cc].http_port)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        st, body = node[cc].request("PATCH", "/v1/topics/sr/partitions/0", {"replicas": [b]})
+        self.assertEqual(st, 202, body)
+        wait_until(f"sr/0 moved to {b}", lambda: all(
+            (s := self.pstate(n, "sr")) and [str(r) for r in s.get("replicas", [])] == [b]
+            and str(s.get("leader")) == b for n in c.nodes), 90)
+        self.assertEqual(node[b].stop(), 0, node[b].log()[-4000:])
+        wait_until("sr/0 offline", lambda: (
+            (s := self.pstate(node[cc], "sr")) and s.get("offline") and not s.get("leader")), 60)
+        self.assertEqual(node[a].stop(), 0, node[a].log()[-4000:])
+        os.rename(node[a].data, node[a].data + ".old")
+        r = rr.ternctl("restore", bdir, "--data-path", node[a].data, "--node", a, "--rejoin")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        node[a].start()
+        self.check_not_served(node[a], a, "sr")
+        # Set aside in the engine, the copy goes to quarantine/ at once.
+        qdir = os.path.join(node[a].data, "quarantine")
+        wait_until(f"{a}'s copy of sr/0 in quarantine/", lambda: os.path.isdir(qdir) and any(
+            e.startswith("sr.0.") for e in os.listdir(qdir)), 30)
+        self.stop_all_running(c)
+
+    def check_not_served(self, n, a, topic="oc"):
+        n.wait_ready()
+        # Offline, A not eligible (not a replica, or out of the ISR and ELR).
+        wait_until(f"{a} knows {topic}/0 offline, itself not eligible", lambda: (
+            (s := self.pstate(n, topic)) and s.get("offline") and not s.get("leader")
+            and a not in [str(r) for r in s.get("isr", []) + s.get("elr", [])]), 60)
+        for _ in range(3):
+            st, body = n.request("GET", f"/v1/topics/{topic}/consume?max=100&wait=1s",
+                                 headers=CLIENT, timeout=30)
+            self.assertNotEqual(st, 200, f"served by {a}, not a leader: {body}")
+            self.assertEqual(st, 204, body)
+
+    def stop_all_running(self, c):
+        for n in c.nodes:
+            if n.running():
+                self.assertEqual(n.stop(), 0, n.log()[-4000:])
+        for n in c.nodes:
+            self.assertNotIn("runtime error", n.log())
+
+
+def configure(args):
+    rr.TERNCTL = os.path.abspath(args.ternctl)
+
+
+if __name__ == "__main__":
+    harness.main(options=[("--ternctl", {"required": True})], configure=configure)
