@@ -38,14 +38,18 @@ class OfflineCopyTest(ClusterTest):
             return None
         return body["partition_stats"][0]
 
-    def test_offline_partition_not_served_from_a_stale_copy(self):
-        c = self.make(5).start()
-        c.wait_alive(5)
-        first = c.nodes[0]
-        st, body = first.request("POST", "/v1/topics", {"name": "oc", "partitions": 1,
-                                                         "replication_factor": 2,
-                                                         "min_insync_replicas": 1})
+    def cluster_with(self, n, topic, factor):
+        """n nodes started, topic of one partition made (factor, min-insync 1)."""
+        c = self.make(n).start()
+        c.wait_alive(n)
+        st, body = c.nodes[0].request("POST", "/v1/topics", {
+            "name": topic, "partitions": 1, "replication_factor": factor,
+            "min_insync_replicas": 1})
         self.assertEqual(st, 201, body)
+        return c, c.nodes[0]
+
+    def test_offline_partition_not_served_from_a_stale_copy(self):
+        c, first = self.cluster_with(5, "oc", 2)
         s = wait_until("oc/0 led with two in-sync replicas", lambda: (
             (s := self.pstate(first)) and s.get("leader") and len(s.get("isr", [])) == 2
             and s))
@@ -92,13 +96,7 @@ class OfflineCopyTest(ClusterTest):
         through A was answered the five messages, from a copy no replica
         holds, ungated (no epoch history), held by no replica here, and
         kept in the engine as the placement's owner, no leader, is 0)."""
-        c = self.make(3).start()
-        c.wait_alive(3)
-        first = c.nodes[0]
-        st, body = first.request("POST", "/v1/topics", {"name": "sr", "partitions": 1,
-                                                         "replication_factor": 1,
-                                                         "min_insync_replicas": 1})
-        self.assertEqual(st, 201, body)
+        c, first = self.cluster_with(3, "sr", 1)
         wait_until("an owner of sr/0", lambda: all(
             (o := n.owners("sr")) and o[0] != "0" for n in c.nodes))
         node = {str(n.id): n for n in c.nodes}
@@ -144,11 +142,11 @@ class OfflineCopyTest(ClusterTest):
             self.assertEqual(st, 204, body)
 
     def stop_all_running(self, c):
-        for n in c.nodes:
-            if n.running():
-                self.assertEqual(n.stop(), 0, n.log()[-4000:])
-        for n in c.nodes:
-            self.assertNotIn("runtime error", n.log())
+        """The nodes still running stopped, each exiting 0; no node's log
+        names a sanitizer's runtime error."""
+        codes = {n.id: n.stop() for n in c.nodes if n.running()}
+        self.assertEqual(set(codes.values()), {0}, codes)
+        self.assertEqual([n.id for n in c.nodes if "runtime error" in n.log()], [])
 
 
 def configure(args):

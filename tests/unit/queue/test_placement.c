@@ -1137,19 +1137,33 @@ static void test_topic_pause_cut_of_a_log_closing(void **state)
     qfx_free(q);
 }
 
+/* Topic t of two partitions, "p0" and "p1" published to them while every
+ * partition was local (no placement: as recovered from disk), then the
+ * placement set and followed with every partition unplaced (owner 0);
+ * readopt: the place_readopt hook (NULL: none). */
+static qfx_t *two_left_unplaced(bool (*readopt)(void *, const tn_topic_t *, uint32_t),
+                                tn_topic_t **out)
+{
+    qfx_t *q = qfx_new(qfx_small_memlogs, NULL);
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    assert_int_equal(publish(q, "t", "p0", 0, NULL, NULL), 0);
+    assert_int_equal(publish(q, "t", "p1", 1, NULL, NULL), 0);
+    tn_broker_set_placement(q->b, place, NULL);
+    q->b->place_readopt = readopt;
+    place_all(0);
+    follow(q, t);
+    *out = t;
+    return q;
+}
+
 /* A partition open here that the placement gives to another node (a data
  * directory restored elsewhere) stops serving; its files stay. One left
  * unplaced stays local. */
 static void test_given_away_left_on_disk(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(qfx_small_memlogs, NULL); /* no placement: everything local */
-    tn_topic_t *t = qfx_topic(q, "t", 2);
-    assert_int_equal(publish(q, "t", "p0", 0, NULL, NULL), 0);
-    assert_int_equal(publish(q, "t", "p1", 1, NULL, NULL), 0);
-    tn_broker_set_placement(q->b, place, NULL);
-    place_all(0);
-    follow(q, t);
+    tn_topic_t *t;
+    qfx_t *q = two_left_unplaced(NULL, &t);
     assert_true(tn_topic_part_local(t, 0) && tn_topic_part_local(t, 1));
     owners[1] = 9;
     tn_broker_follow_placement(q->b);
@@ -1199,14 +1213,8 @@ static bool odd_replicated(void *arg, const tn_topic_t *t, uint32_t p)
 static void test_offline_replicated_not_kept(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(qfx_small_memlogs, NULL); /* no placement: everything local */
-    tn_topic_t *t = qfx_topic(q, "t", 2);
-    assert_int_equal(publish(q, "t", "p0", 0, NULL, NULL), 0);
-    assert_int_equal(publish(q, "t", "p1", 1, NULL, NULL), 0);
-    tn_broker_set_placement(q->b, place, NULL);
-    q->b->place_readopt = odd_replicated;
-    place_all(0);
-    follow(q, t);
+    tn_topic_t *t;
+    qfx_t *q = two_left_unplaced(odd_replicated, &t);
     assert_true(tn_topic_part_local(t, 0));
     assert_false(tn_topic_part_local(t, 1));
     assert_int_equal(t->parts[1]->owner, 0);
