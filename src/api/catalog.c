@@ -69,6 +69,7 @@ struct tn_catalog_s {
      * first look (0: not held), and until when (loop ms, 0: not armed). */
     uint64_t deletions_hold, deletions_from;
 #endif
+    bool recovered_held; /* recovered partitions held until placed (release_recovered) */
     bool purge_checking; /* purges_check is walking the list */
     bool purge_again;    /* and was asked again meanwhile (a deletion that ended at once) */
     /* In a cluster: the replica was confirmed current with the leader
@@ -1366,6 +1367,21 @@ int tn_catalog_purge(void *catalog, const char *topic, int64_t created_at_ms, ui
     return 0;
 }
 
+/* What recovery opened in a cluster delivers once the placement was
+ * followed with a replica caught up (as /readyz wants it: the log found
+ * at start replayed, the leader heard from) and known current
+ * (tn_catalog_start holds it): a copy found on disk that the metastore
+ * placed elsewhere meanwhile (moved away while this node was down, or a
+ * backup restored with --rejoin) went remote first. Once. */
+static void release_recovered(tn_catalog_t *c)
+{
+    if (!c->recovered_held || !tn_meta_ready(c->meta) || !tn_meta_caught_up(c->meta) ||
+        !replica_current(c))
+        return;
+    c->recovered_held = false;
+    tn_broker_hold_recovered(c->broker, false);
+}
+
 /* The metastore's replica changed (another node's topic, a growth, an
  * assignment, a member's heartbeat): in a cluster, make what the records
  * name and follow the placement. A lone node has every partition already
@@ -1390,6 +1406,7 @@ static void follow_meta(tn_catalog_t *c)
         tn_v1_apply_topic(c->broker, &s->topics[i]->rec);
     }
     tn_broker_follow_placement(c->broker);
+    release_recovered(c);
     claims_check(c, false, 0);
     purges_check(c, false, 0);
 }
@@ -1543,6 +1560,12 @@ int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, t
     /* What recovery found on disk. In a cluster nothing is made before its
      * record, so what has none was deleted: tn_catalog_reconcile deletes
      * it once the replica is caught up. */
+    if (o->cluster) {
+        /* Not delivered until placed (release_recovered); a lone node
+         * serves its own data at once. */
+        c->recovered_held = true;
+        tn_broker_hold_recovered(b, true);
+    }
     for (size_t i = 0; i < b->nbuckets && !o->cluster; i++) {
         for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
             if (t->state != TN_OBJ_READY)
@@ -1797,6 +1820,7 @@ void tn_catalog_reconcile(tn_catalog_t *c)
     /* Partitions with no files at start (another node's, or placed here
      * while this node was down) open once the replica says whose they are. */
     tn_broker_follow_placement(c->broker);
+    release_recovered(c);
 }
 
 static void on_timer_closed(uv_handle_t *h)

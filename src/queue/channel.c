@@ -1361,8 +1361,8 @@ static bool budget_full(const tn_broker_t *b)
 static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, bool capped,
                         cand_t *out)
 {
-    if (cp->part->remote || cp->part->held)
-        return false; /* delivered by its owner; or held for a hand-over */
+    if (cp->part->remote || cp->part->held || cp->part->start_held)
+        return false; /* delivered by its owner; held for a hand-over, or until placed */
     if (cp->part->lease_until != 0 &&
         uv_now(cp->part->topic->broker->loop) >= cp->part->lease_until)
         return false; /* its leader's lease lapsed (cluster/handfence.h) */

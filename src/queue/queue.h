@@ -246,6 +246,11 @@ struct tn_part_s {
      * (tn_topic_part_hold); appends and settles go on. Only the replica
      * manager sets and clears it. */
     bool held;
+    /* Recovered from disk in a cluster and not yet placed: no delivery
+     * until the placement was followed once with a metastore replica
+     * known current (tn_broker_hold_recovered), so a stale copy (one
+     * moved away, or restored with --rejoin) is not served meanwhile. */
+    bool start_held;
     /* The delivery lease of a replicated partition's leader: no delivery
      * at or past this loop time (uv_now); 0: none (tn_topic_part_lease). */
     uint64_t lease_until;
@@ -1224,6 +1229,11 @@ int tn_topic_part_release(tn_topic_t *t, uint32_t p, tn_delete_cb cb, void *arg)
  * holds until the old one stopped (cluster/replica.c, handfence.h).
  * Appends, settles and leases already out go on. Loop thread. */
 void tn_topic_part_hold(tn_topic_t *t, uint32_t p, bool held);
+/* Hold (held true) the deliveries of every partition open in the engine
+ * now, or resume those so held (false): the catalog holds what recovery
+ * opened in a cluster until it followed the placement once with a
+ * caught-up metastore replica (api/catalog.c). Loop thread. */
+void tn_broker_hold_recovered(tn_broker_t *b, bool held);
 /* Requeue every lease out on partition p of t, in every channel, as a REQ
  * record due now that keeps the lease's attempts, then wait until those
  * records are durable (and, with channel-state replication, on enough

@@ -1827,6 +1827,20 @@ void tn_topic_part_hold(tn_topic_t *t, uint32_t p, bool held)
         tn__topic_pump_all(t);
 }
 
+void tn_broker_hold_recovered(tn_broker_t *b, bool held)
+{
+    for (size_t i = 0; i < b->nbuckets; i++)
+        for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
+            bool resumed = false;
+            for (uint32_t p = 0; p < t->nparts; p++) {
+                resumed = resumed || (t->parts[p]->start_held && !held);
+                t->parts[p]->start_held = held && !t->memory;
+            }
+            if (resumed)
+                tn__topic_pump_all(t);
+        }
+}
+
 void tn_topic_part_lease(tn_topic_t *t, uint32_t p, uint64_t until)
 {
     if (p >= t->nparts || t->parts[p]->lease_until == until)

@@ -17,13 +17,20 @@ consume through A was answered the five messages from A's stale copy
 (which B, once back, delivers again). Now a replicated partition not led
 here goes remote in the engine, leader or none.
 
+Also: a stale copy is not served at start, before the metastore replica
+caught up (test_moved_copy_not_served_before_the_metastore).
+
 Run: python3 tests/cluster/test_offline_copy.py --ternd build/ternd-test --ternctl build/ternctl
 """
 import os
+import socket
+import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
 import harness
 import test_repl_restore as rr
 from harness import ClusterTest, wait_until
+from nsqwire import FRAME_MESSAGE, Closed, Conn  # noqa: E402  (tests/e2e)
 
 OCTET = {"Content-Type": "application/octet-stream"}
 CLIENT = {"X-Tern-Client": "test-offline-copy"}
@@ -128,6 +135,76 @@ class OfflineCopyTest(ClusterTest):
         wait_until(f"{a}'s copy of sr/0 in quarantine/", lambda: os.path.isdir(qdir) and any(
             e.startswith("sr.0.") for e in os.listdir(qdir)), 30)
         self.stop_all_running(c)
+
+    def test_moved_copy_not_served_before_the_metastore(self):
+        """At start, before the catalog followed the placement: three nodes,
+        a factor-1 topic `mv` on A with a channel `c` and five messages when
+        a backup is taken; the partition moves to B. Every node stops, A is
+        restored from the backup with `--rejoin` and started alone (its
+        metastore replica cannot catch up: no quorum). An NSQ consumer of
+        `c` through A's TCP door gets nothing: A's copy is stale (B owns the
+        partition) and A does not know yet whose it is (before: the engine
+        served the copy it recovered, the five messages, from its start
+        until the catalog first followed the placement)."""
+        c, first = self.cluster_with(3, "mv", 1)
+        wait_until("an owner of mv/0", lambda: all(
+            (o := n.owners("mv")) and o[0] != "0" for n in c.nodes))
+        node = {str(n.id): n for n in c.nodes}
+        a = str(first.owners("mv")[0])
+        b, cc = [str(n.id) for n in c.nodes if str(n.id) != a]
+        st, body = node[a].request("POST", "/channel/create?topic=mv&channel=c", headers=CLIENT)
+        self.assertEqual(st, 200, body)
+        for i in range(5):
+            st, body = node[a].request("POST", "/v1/topics/mv/produce?partition=0",
+                                       f"m-{i}".encode(), headers=OCTET)
+            self.assertEqual(st, 202, body)
+        bdir = os.path.join(c.dir, "backup")
+        r = rr.ternctl("backup", bdir, port=node[cc].http_port)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        st, body = node[cc].request("PATCH", "/v1/topics/mv/partitions/0", {"replicas": [b]})
+        self.assertEqual(st, 202, body)
+        wait_until(f"mv/0 moved to {b}", lambda: all(
+            (s := self.pstate(n, "mv")) and [str(r) for r in s.get("replicas", [])] == [b]
+            and str(s.get("leader")) == b for n in c.nodes), 90)
+        self.stop_all_running(c)
+        os.rename(node[a].data, node[a].data + ".old")
+        r = rr.ternctl("restore", bdir, "--data-path", node[a].data, "--node", a, "--rejoin")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        node[a].start()
+        self.assertEqual(self.nsq_consumed(node[a], "mv", "c"), [],
+                         f"{a} served its stale copy of mv/0 before the metastore")
+        # The others back: A follows the placement (mv/0 is B's), and
+        # serves no copy of it.
+        node[b].start()
+        node[cc].start()
+        c.wait_ready()
+        wait_until(f"{a} knows mv/0 on {b}", lambda: (
+            (s := self.pstate(node[a], "mv")) and str(s.get("leader")) == b), 60)
+        self.assertEqual(self.nsq_consumed(node[a], "mv", "c"), [])
+        self.stop_all_running(c)
+
+    def nsq_consumed(self, n, topic, channel):
+        """What an NSQ consumer (RDY 10) of channel through n's TCP door
+        gets until 5 s of quiet or a close, once n answers /info (before
+        /readyz): the messages' bodies."""
+        info = wait_until(f"{n.id}'s /info", lambda: (
+            (x := n.request("GET", "/info", timeout=5))[0] == 200 and x[1]), 60)
+        conn = Conn(info["tcp_port"], host=n.host, timeout=5)
+        got = []
+        try:
+            conn.identify()
+            conn.sub(topic, channel)
+            conn.rdy(10)
+            try:
+                while True:
+                    kind, data = conn.read_frame()
+                    if kind == FRAME_MESSAGE:
+                        got.append(data[26:])
+            except (socket.timeout, TimeoutError, Closed):
+                pass  # quiet, or closed (a topic not served here)
+        finally:
+            conn.close()
+        return got
 
     def check_not_served(self, n, a, topic="oc"):
         n.wait_ready()
