@@ -103,32 +103,12 @@ class OfflineCopyTest(ClusterTest):
         through A was answered the five messages, from a copy no replica
         holds, ungated (no epoch history), held by no replica here, and
         kept in the engine as the placement's owner, no leader, is 0)."""
-        c, first = self.cluster_with(3, "sr", 1)
-        wait_until("an owner of sr/0", lambda: all(
-            (o := n.owners("sr")) and o[0] != "0" for n in c.nodes))
-        node = {str(n.id): n for n in c.nodes}
-        a = str(first.owners("sr")[0])
-        b, cc = [str(n.id) for n in c.nodes if str(n.id) != a]
-        for i in range(5):
-            st, body = node[a].request("POST", "/v1/topics/sr/produce?partition=0",
-                                       f"m-{i}".encode(), headers=OCTET)
-            self.assertEqual(st, 202, body)
-        bdir = os.path.join(c.dir, "backup")
-        r = rr.ternctl("backup", bdir, port=node[cc].http_port)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        st, body = node[cc].request("PATCH", "/v1/topics/sr/partitions/0", {"replicas": [b]})
-        self.assertEqual(st, 202, body)
-        wait_until(f"sr/0 moved to {b}", lambda: all(
-            (s := self.pstate(n, "sr")) and [str(r) for r in s.get("replicas", [])] == [b]
-            and str(s.get("leader")) == b for n in c.nodes), 90)
+        c, node, a, b, cc, bdir = self.backed_up_then_moved("sr")
         self.assertEqual(node[b].stop(), 0, node[b].log()[-4000:])
         wait_until("sr/0 offline", lambda: (
             (s := self.pstate(node[cc], "sr")) and s.get("offline") and not s.get("leader")), 60)
         self.assertEqual(node[a].stop(), 0, node[a].log()[-4000:])
-        os.rename(node[a].data, node[a].data + ".old")
-        r = rr.ternctl("restore", bdir, "--data-path", node[a].data, "--node", a, "--rejoin")
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        node[a].start()
+        self.restore_rejoin(node[a], a, bdir)
         self.check_not_served(node[a], a, "sr")
         # Set aside in the engine, the copy goes to quarantine/ at once.
         qdir = os.path.join(node[a].data, "quarantine")
@@ -146,31 +126,9 @@ class OfflineCopyTest(ClusterTest):
         partition) and A does not know yet whose it is (before: the engine
         served the copy it recovered, the five messages, from its start
         until the catalog first followed the placement)."""
-        c, first = self.cluster_with(3, "mv", 1)
-        wait_until("an owner of mv/0", lambda: all(
-            (o := n.owners("mv")) and o[0] != "0" for n in c.nodes))
-        node = {str(n.id): n for n in c.nodes}
-        a = str(first.owners("mv")[0])
-        b, cc = [str(n.id) for n in c.nodes if str(n.id) != a]
-        st, body = node[a].request("POST", "/channel/create?topic=mv&channel=c", headers=CLIENT)
-        self.assertEqual(st, 200, body)
-        for i in range(5):
-            st, body = node[a].request("POST", "/v1/topics/mv/produce?partition=0",
-                                       f"m-{i}".encode(), headers=OCTET)
-            self.assertEqual(st, 202, body)
-        bdir = os.path.join(c.dir, "backup")
-        r = rr.ternctl("backup", bdir, port=node[cc].http_port)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        st, body = node[cc].request("PATCH", "/v1/topics/mv/partitions/0", {"replicas": [b]})
-        self.assertEqual(st, 202, body)
-        wait_until(f"mv/0 moved to {b}", lambda: all(
-            (s := self.pstate(n, "mv")) and [str(r) for r in s.get("replicas", [])] == [b]
-            and str(s.get("leader")) == b for n in c.nodes), 90)
+        c, node, a, b, cc, bdir = self.backed_up_then_moved("mv", channel="c")
         self.stop_all_running(c)
-        os.rename(node[a].data, node[a].data + ".old")
-        r = rr.ternctl("restore", bdir, "--data-path", node[a].data, "--node", a, "--rejoin")
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        node[a].start()
+        self.restore_rejoin(node[a], a, bdir)
         self.assertEqual(self.nsq_consumed(node[a], "mv", "c"), [],
                          f"{a} served its stale copy of mv/0 before the metastore")
         # The others back: A follows the placement (mv/0 is B's), and
@@ -205,6 +163,42 @@ class OfflineCopyTest(ClusterTest):
         finally:
             conn.close()
         return got
+
+    def backed_up_then_moved(self, topic, channel=None):
+        """Three nodes, a factor-1 topic (with channel, made through A's
+        nsqd endpoint, when given) whose partition on A (its owner) holds
+        five acknowledged messages when a backup is taken; the partition
+        then moved to B. (cluster, nodes by id, a, b, the third, backup)."""
+        c, first = self.cluster_with(3, topic, 1)
+        wait_until(f"an owner of {topic}/0", lambda: all(
+            (o := n.owners(topic)) and o[0] != "0" for n in c.nodes))
+        node = {str(n.id): n for n in c.nodes}
+        a = str(first.owners(topic)[0])
+        b, cc = [str(n.id) for n in c.nodes if str(n.id) != a]
+        if channel is not None:
+            st, body = node[a].request("POST", f"/channel/create?topic={topic}&channel={channel}",
+                                       headers=CLIENT)
+            self.assertEqual(st, 200, body)
+        for i in range(5):
+            st, body = node[a].request("POST", f"/v1/topics/{topic}/produce?partition=0",
+                                       f"m-{i}".encode(), headers=OCTET)
+            self.assertEqual(st, 202, body)
+        bdir = os.path.join(c.dir, "backup")
+        r = rr.ternctl("backup", bdir, port=node[cc].http_port)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        st, body = node[cc].request("PATCH", f"/v1/topics/{topic}/partitions/0", {"replicas": [b]})
+        self.assertEqual(st, 202, body)
+        wait_until(f"{topic}/0 moved to {b}", lambda: all(
+            (s := self.pstate(n, topic)) and [str(r) for r in s.get("replicas", [])] == [b]
+            and str(s.get("leader")) == b for n in c.nodes), 90)
+        return c, node, a, b, cc, bdir
+
+    def restore_rejoin(self, n, a, bdir):
+        """Node n (id a), stopped, restored from bdir with --rejoin and started."""
+        os.rename(n.data, n.data + ".old")
+        r = rr.ternctl("restore", bdir, "--data-path", n.data, "--node", a, "--rejoin")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        n.start()
 
     def check_not_served(self, n, a, topic="oc"):
         n.wait_ready()
