@@ -201,6 +201,11 @@ struct tn_meta_s {
      * committed, so a follower whose log lacks it is behind, whatever its
      * own commit index says (caught_up). */
     raft_index leader_commit_seen;
+    /* tn_meta_steady: the commit index this node knew of and had not
+     * applied when its tick first saw it behind, and since when (loop
+     * ms; 0: not behind at the last tick). */
+    raft_index lag_index;
+    uint64_t lag_since;
     /* A new cluster this node bootstrapped with others, until it has a
      * leader: every election timer is drawn from [E/4, E/2]
      * (first_elections). */
@@ -244,6 +249,11 @@ struct tn_meta_s {
     /* tn_meta_confirmed_at: the newest confirmation seen (loop ms). */
     uint64_t confirmed_at;
 #ifdef TN_TEST
+    /* TERN_TEST_META_APPEND_DELAY_FILE: log appends libraft was not told
+     * of yet, in order (slow_append). */
+    struct slow_append_s *slow_head, *slow_tail;
+    int (*uv_append)(struct raft_io *io, struct raft_io_append *req,
+                     const struct raft_entry entries[], unsigned n, raft_io_append_cb cb);
     uint64_t pnotes_since; /* TERN_TEST_PSTATE_LAG_MS: notes pending since (0: none) */
     /* TERN_TEST_MOVE_COMPLETE_DELAY_MS: moves seen ready, and since when (loop ms) */
     struct {
@@ -1316,7 +1326,19 @@ static bool is_voter(tn_meta_t *m)
     return false;
 }
 
-static bool caught_up(tn_meta_t *m)
+/* What this node knows is committed: its commit index, and a follower's
+ * leader's (leader_commit_seen). */
+static raft_index known_commit(tn_meta_t *m)
+{
+    raft_index known = m->raft.commit_index;
+    if (raft_state(&m->raft) != RAFT_LEADER && m->leader_commit_seen > known)
+        known = m->leader_commit_seen;
+    return known;
+}
+
+/* Every condition of caught_up but the last: the leader known and heard
+ * from, this node a voter, and what its log held at start replayed. */
+static bool in_touch(tn_meta_t *m)
 {
     if (m->closing)
         return false;
@@ -1337,15 +1359,40 @@ static bool caught_up(tn_meta_t *m)
      * succeeding yet still has the commit index of its start (its
      * snapshot's): what its own log held is applied first, or it would
      * answer for a state older than the one it had before the restart. */
-    if (raft_last_applied(&m->raft) < m->start_index)
-        return false;
+    return raft_last_applied(&m->raft) >= m->start_index;
+}
+
+static bool caught_up(tn_meta_t *m)
+{
     /* Nor is one caught up whose log lacks entries the leader said are
-     * committed: its own commit index moves only with appends that match
-     * its log, so a follower restarted behind (the leader's first append
-     * refused) would otherwise count as caught up at its start's state. */
-    if (raft_state(&m->raft) != RAFT_LEADER && raft_last_applied(&m->raft) < m->leader_commit_seen)
-        return false;
-    return raft_last_applied(&m->raft) >= m->raft.commit_index;
+     * committed (known_commit): its own commit index moves only with
+     * appends that match its log, so a follower restarted behind (the
+     * leader's first append refused) would otherwise count as caught up
+     * at its start's state. */
+    return in_touch(m) && raft_last_applied(&m->raft) >= known_commit(m);
+}
+
+/* Readiness (tn_meta_steady): how long this node may stay behind what it
+ * knows is committed. A follower learns of a commit as soon as the leader
+ * has it from a majority, which may be before its own disk holds the
+ * entry: under a burst of changes, or on a slow disk, it is behind for
+ * the time of a write, every time. */
+#define STEADY_LAG_MS 2000
+
+/* From the tick: when this node was first seen behind what it knew was
+ * committed then. Once that is applied, a lag seen later counts from
+ * then, so under a steady stream of changes it is measured from a tick
+ * that saw it (at most one earlier lag, itself under STEADY_LAG_MS, late). */
+static void note_lag(tn_meta_t *m)
+{
+    raft_index applied = raft_last_applied(&m->raft);
+    if (m->lag_since != 0 && applied >= m->lag_index)
+        m->lag_since = 0;
+    raft_index known = known_commit(m);
+    if (m->lag_since == 0 && known > applied) {
+        m->lag_index = known;
+        m->lag_since = uv_now(m->loop);
+    }
 }
 
 static void on_registered(tn_meta_req_t *req, int status)
@@ -3427,6 +3474,95 @@ static int io_start(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick, ra
     return m->uv_start(io, TN_MIN(msecs, fine), tick, io_recv);
 }
 
+#ifdef TN_TEST
+/* TERN_TEST_META_APPEND_DELAY_FILE=path (ternd-test): while the file
+ * exists, libraft learns that each of this node's metastore log appends
+ * is stored the number of milliseconds the file holds after it is (a
+ * slow disk), in order; the tick tells it (a close, at once). So a test
+ * can show a follower told of commits its log does not hold yet
+ * (tn_meta_steady). */
+typedef struct slow_append_s {
+    struct raft_io_append *req;
+    void *data; /* libraft's req->data, given back before its callback */
+    raft_io_append_cb cb;
+    int status;
+    bool stored;
+    uint64_t due; /* loop ms; never before the one before it */
+    struct slow_append_s *next;
+} slow_append_t;
+
+static void slow_stored(struct raft_io_append *req, int status)
+{
+    tn_meta_t *m = req->data;
+    for (slow_append_t *a = m->slow_head; a != NULL; a = a->next)
+        if (a->req == req && !a->stored) {
+            a->stored = true;
+            a->status = status;
+            return;
+        }
+}
+
+static int slow_append(struct raft_io *io, struct raft_io_append *req,
+                       const struct raft_entry entries[], unsigned n, raft_io_append_cb cb)
+{
+    tn_meta_t *m = TN_CONTAINER_OF(io, tn_meta_t, io);
+    uint64_t delay = 0;
+    FILE *f = fopen(getenv("TERN_TEST_META_APPEND_DELAY_FILE"), "r");
+    if (f != NULL) {
+        unsigned long long v = 0;
+        if (fscanf(f, "%llu", &v) == 1)
+            delay = v;
+        fclose(f);
+    }
+    if (delay == 0 && m->slow_head == NULL)
+        return m->uv_append(io, req, entries, n, cb);
+    slow_append_t *a = tn_calloc(1, sizeof(*a));
+    if (a == NULL)
+        return RAFT_NOMEM;
+    uint64_t due = uv_now(m->loop) + delay;
+    a->req = req;
+    a->data = req->data;
+    a->cb = cb;
+    a->due = m->slow_tail != NULL ? TN_MAX(due, m->slow_tail->due) : due;
+    slow_append_t *before = m->slow_tail;
+    if (before != NULL)
+        before->next = a;
+    else
+        m->slow_head = a;
+    m->slow_tail = a;
+    req->data = m;
+    int rc = m->uv_append(io, req, entries, n, slow_stored);
+    if (rc != 0) {
+        req->data = a->data;
+        if (before != NULL)
+            before->next = NULL;
+        else
+            m->slow_head = NULL;
+        m->slow_tail = before;
+        tn_free(a);
+    }
+    return rc;
+}
+
+/* Tells libraft of the appends stored and due (all: every one stored). */
+static void slow_release(tn_meta_t *m, bool all)
+{
+    uint64_t now = uv_now(m->loop);
+    while (m->slow_head != NULL && m->slow_head->stored && (all || m->slow_head->due <= now)) {
+        slow_append_t *a = m->slow_head;
+        m->slow_head = a->next;
+        if (m->slow_head == NULL)
+            m->slow_tail = NULL;
+        a->req->data = a->data;
+        raft_io_append_cb cb = a->cb;
+        struct raft_io_append *req = a->req;
+        int status = a->status;
+        tn_free(a);
+        cb(req, status);
+    }
+}
+#endif
+
 static void on_poll(uv_timer_t *t)
 {
     tn_meta_t *m = t->data;
@@ -3434,8 +3570,14 @@ static void on_poll(uv_timer_t *t)
         return;
     if (m->first_elections)
         first_elections(m);
+#ifdef TN_TEST
+    slow_release(m, false);
+    if (m->closing)
+        return;
+#endif
     lead_barrier(m);
     push_commit(m);
+    note_lag(m);
     bool leader = raft_state(&m->raft) == RAFT_LEADER;
     if (leader && m->leader_since_wall == 0)
         m->leader_since_wall = tn_now_wall_ms();
@@ -3539,6 +3681,15 @@ uint64_t tn_meta_term(tn_meta_t *m)
 bool tn_meta_caught_up(tn_meta_t *m)
 {
     return caught_up(m);
+}
+
+bool tn_meta_steady(tn_meta_t *m)
+{
+    if (!in_touch(m))
+        return false;
+    if (caught_up(m) || m->lag_since == 0 || raft_last_applied(&m->raft) >= m->lag_index)
+        return true; /* not behind, or behind since after the last tick */
+    return uv_now(m->loop) - m->lag_since < STEADY_LAG_MS;
 }
 
 void tn_meta_timeouts(const tn_meta_t *m, unsigned *election_ms, unsigned *session_ms)
@@ -3780,6 +3931,12 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
     unsigned heartbeat_ms = o->heartbeat_ms ? o->heartbeat_ms : 100;
     m->uv_start = m->io.start;
     m->io.start = io_start;
+#ifdef TN_TEST
+    if (getenv("TERN_TEST_META_APPEND_DELAY_FILE") != NULL) {
+        m->uv_append = m->io.append;
+        m->io.append = slow_append;
+    }
+#endif
     /* A peer whose connection failed is dialled again a heartbeat later,
      * not libraft's second: a follower back from a restart hears from
      * the leader as soon as it would have had it never left, well before
@@ -3908,6 +4065,9 @@ static bool settled(tn_meta_t *m)
 static void on_close_poll(uv_timer_t *t)
 {
     tn_meta_t *m = t->data;
+#ifdef TN_TEST
+    slow_release(m, true);
+#endif
     if (++m->close_polls < CLOSE_WAIT_POLLS && !settled(m))
         return;
     if (!settled(m))

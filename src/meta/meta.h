@@ -449,6 +449,15 @@ bool tn_meta_removed(const tn_meta_t *m);
  * into ids (caller-owned); returns how many there are. */
 size_t tn_meta_voters(tn_meta_t *m, uint64_t *ids, size_t cap);
 bool tn_meta_caught_up(tn_meta_t *m);
+
+/* Readiness (/readyz): caught up as tn_meta_caught_up says, but for its
+ * last condition, which may lag a little: everything this node has known
+ * for STEADY_LAG_MS (2 s) to be committed is applied. A follower hears of
+ * a commit once a majority stored the entry, its own write perhaps still
+ * under way; that lag, a write's time, does not take it out of
+ * readiness, one that lasts does. Decisions that must see every commit
+ * (credentials, destructive actions) ask tn_meta_caught_up. */
+bool tn_meta_steady(tn_meta_t *m);
 /* The loop time (ms) of this replica's newest confirmation that it is
  * current: a follower's last append from the Raft leader at a moment
  * when everything it knew committed was applied and told to the

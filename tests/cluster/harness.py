@@ -510,6 +510,18 @@ class Cluster:
             self.wait_ready()
         return self
 
+    def start_with_files(self, **files):
+        """Start every node with each variable named in files set to that
+        file in the node's own directory (a ternd-test hook's file:
+        TERN_TEST_..._FILE="name"), then wait until all are ready."""
+        for node in self.nodes:
+            env = self.env()
+            for name, file in files.items():
+                env[name] = os.path.join(node.dir, file)
+            node.start(env=env)
+        self.wait_ready()
+        return self
+
     def wait_ready(self, nodes=None, timeout=90):
         for node in nodes or self.nodes:
             node.wait_ready(timeout)

@@ -108,12 +108,7 @@ class RejoinStamp(harness.ClusterTest):
         1, three partitions) with the channel and three messages prefix
         old-.. on the partition of a node other than the metastore leader
         (the owner). (cluster, leader, owner, its partition)."""
-        c = self.make(3)
-        for n in c.nodes:
-            env = c.env()
-            env["TERN_TEST_BACKUP_TAKE_HOLD"] = os.path.join(n.dir, "take-hold")
-            n.start(env=env)
-        c.wait_ready()
+        c = self.make(3).start_with_files(TERN_TEST_BACKUP_TAKE_HOLD="take-hold")
         first, down, p = remade.placed(self, c, topic)
         self.made_again(first, down, p, topic, "old")
         return c, first, down, p

@@ -244,14 +244,18 @@ bool tn_nsq_http_started(tn_nsq_http_t *api)
         return false;
     if (api->meta == NULL)
         return true;
+    /* Caught up (leader known and heard from, a voter, the log found at
+     * start replayed, nothing known committed for long unapplied:
+     * tn_meta_steady, so a follower is not out of readiness for the
+     * time its disk writes an entry the others committed). */
+    if (!tn_meta_ready(api->meta) || !tn_meta_steady(api->meta))
+        return false;
     /* With security on, ready means usable: the users can be judged (the
      * root user's seed is applied here too), so a client that waited for
-     * 200 is never refused for credentials that are right (users.h). */
-    if (api->v1 != NULL && api->v1->o.security)
-        return tn_users_ready(api->meta);
-    /* Caught up now (leader known and heard from, a voter, applied >=
-     * commit), and the log found at start replayed. */
-    return tn_meta_ready(api->meta) && tn_meta_caught_up(api->meta);
+     * 200 is never refused for credentials that are right (users.h; a
+     * request met while its user's entry is still being written waits
+     * or is answered 503, as at any time). */
+    return api->v1 == NULL || !api->v1->o.security || tn_meta_state(api->meta)->nusers > 0;
 }
 
 /* Whether a storage failure that holds until a restart keeps /readyz at
