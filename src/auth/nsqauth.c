@@ -19,6 +19,7 @@
 #include "core/alloc.h"
 #include "core/buf.h"
 #include "core/err.h"
+#include "core/jsonvalid.h"
 #include "core/log.h"
 #include "core/time.h"
 #include "core/u64map.h"
@@ -184,6 +185,11 @@ static int compile(regex_t *re, const char *pattern)
 tn_authz_t *tn_nsqauth_parse(const char *body)
 {
     char errbuf[128];
+    /* Checked first: the answer may be nested as deep as its size allows
+     * (TN_NSQAUTH_MAX_RESPONSE), and yajl frees its tree by a recursion
+     * per level, past the loop thread's stack. */
+    if (!tn_json_valid(body, strlen(body)))
+        return NULL;
     yajl_val root = yajl_tree_parse(body, errbuf, sizeof(errbuf));
     if (root == NULL || !YAJL_IS_OBJECT(root)) {
         yajl_tree_free(root);

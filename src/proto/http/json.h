@@ -14,6 +14,8 @@
 
 #include "core/platform.h"
 
+#include "core/jsonvalid.h" /* TN_JSON_MAX_DEPTH, tn_json_valid */
+
 #include <yajl/yajl_parse.h>
 
 typedef enum { TN_JF_INT = 1, TN_JF_STR, TN_JF_BOOL } tn_jfield_type_t;
@@ -27,7 +29,6 @@ typedef struct {
 
 #define TN_JSON_MAX_FIELDS 32
 #define TN_JSON_MAX_BODY   (1024 * 1024)
-#define TN_JSON_MAX_DEPTH  512 /* deeper nesting is refused (yajl's stack stays small) */
 
 /* Decode body into out. present[i] tells whether fields[i] was given.
  * 0, UV_EINVAL (err has the reason) or UV_ENOMEM. */
@@ -41,13 +42,5 @@ int tn_json_object(const char *body, size_t len, const tn_jfield_t *fields, size
  * that are not UTF-8. */
 int tn_json_events(const char *body, size_t len, const yajl_callbacks *cb, void *ctx,
                    bool validate_utf8, bool *ok);
-
-/* Whether body is exactly one JSON value (whitespace around it allowed,
- * nesting at most TN_JSON_MAX_DEPTH, strings of UTF-8 as yajl checks it),
- * in one pass that allocates nothing: tn_json_events' verdict (no
- * callbacks, validate_utf8), except that only RFC 8259's whitespace
- * counts (yajl also skips \v and \f between tokens, which a strict
- * reader of a document embedding the value would refuse). */
-bool tn_json_valid(const char *body, size_t len);
 
 #endif

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/time.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,39 @@ static void test_parse_refusals(void **state)
     assert_true(a->expires_ms - tn_now_mono_ms() <= 3600 * 1000);
     assert_int_equal(a->nrules, 0);
     tn_authz_unref(a);
+}
+
+static void *parse_deep(void *arg)
+{
+    return tn_nsqauth_parse(arg);
+}
+
+/* An answer as large as one is read (TN_NSQAUTH_MAX_RESPONSE), nested
+ * all the way down: refused whole, in a stack of 1 MiB. Its tree, built,
+ * would be freed by a recursion per level (131,000 of them). */
+static void test_parse_refuses_deep_nesting(void **state)
+{
+    (void)state;
+    static const char head[] = "{\"ttl\": 60, \"identity\": \"x\", \"authorizations\": ";
+    size_t depth = (TN_NSQAUTH_MAX_RESPONSE - sizeof(head)) / 2 - 1;
+    char *body = malloc(sizeof(head) + 2 * depth + 2);
+    assert_non_null(body);
+    memcpy(body, head, sizeof(head) - 1);
+    char *p = body + sizeof(head) - 1;
+    memset(p, '[', depth);
+    memset(p + depth, ']', depth);
+    p[2 * depth] = '}';
+    p[2 * depth + 1] = '\0';
+    pthread_attr_t attr;
+    assert_int_equal(pthread_attr_init(&attr), 0);
+    assert_int_equal(pthread_attr_setstacksize(&attr, 1 << 20), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, &attr, parse_deep, body), 0);
+    void *a = body;
+    assert_int_equal(pthread_join(th, &a), 0);
+    assert_null(a);
+    pthread_attr_destroy(&attr);
+    free(body);
 }
 
 /* --- the HTTP exchange ------------------------------------------------------- */
@@ -256,6 +290,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_and_match),
         cmocka_unit_test(test_parse_refusals),
+        cmocka_unit_test(test_parse_refuses_deep_nesting),
         cmocka_unit_test(test_http_answer_cache_and_fallthrough),
         cmocka_unit_test(test_http_denied_and_unusable),
     };
