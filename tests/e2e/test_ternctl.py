@@ -1005,6 +1005,70 @@ class Tls(unittest.TestCase):
         self.assertIn("cannot reach", err)
 
 
+class HostileNode(http.server.BaseHTTPRequestHandler):
+    """Answers whose text would drive a terminal: an error with escape
+    sequences (clear the screen, retitle the window, a bell), a body that
+    is no JSON with them raw, a member's address with a C1 control."""
+    protocol_version = "HTTP/1.1"
+    answers = {
+        "/v1/topics": (500, b'{"error":"boom \\u001b]0;owned\\u0007 \\u001b[2J gone"}'),
+        "/v1/users": (502, b"bad \x1b[31mgateway\x7f\r\nsecond line"),
+        "/v1/cluster/members": (200, b'{"members":[{"id":"7","status":"alive","leader":true,'
+                                     b'"raft_addr":"10.0.0.7\\u009b1m:4153",'
+                                     b'"api_addr":"10.0.0.7:4151","draining":false,'
+                                     b'"last_heartbeat_ms":0,"owned_partitions":3}]}'),
+    }
+
+    def do_GET(self):
+        status, body = self.answers.get(self.path.split("?")[0], (404, b'{"error":"no"}'))
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class HostileText(unittest.TestCase):
+    """What a server says reaches the terminal with its control characters
+    shown as \\xNN (\\uNNNN for C1), never raw."""
+
+    def setUp(self):
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HostileNode)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        self.addCleanup(self.srv.server_close)
+        self.addCleanup(self.srv.shutdown)
+
+    def ctl(self, *args):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+        env["HOME"] = tempfile.gettempdir()
+        env.pop("XDG_CONFIG_HOME", None)
+        env["TERN_PASSWORD"] = "x"
+        url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        r = subprocess.run([TERNCTL, "--url", url, *args],
+                           capture_output=True, env=env, timeout=60)
+        for raw in (b"\x1b", b"\x07", b"\x7f", b"\xc2\x9b"):
+            self.assertNotIn(raw, r.stdout + r.stderr)
+        return r
+
+    def test_error_message(self):
+        r = self.ctl("topics", "list")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"500 boom \\x1b]0;owned\\x07 \\x1b[2J gone", r.stderr)
+
+    def test_body_that_is_no_json(self):
+        r = self.ctl("users", "list")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"502 bad \\x1b[31mgateway\\x7f\n", r.stderr)
+
+    def test_table_cell(self):
+        r = self.ctl("cluster", "members")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"10.0.0.7\\u009b1m:4153", r.stdout)
+
+
 class RawNode:
     """A loopback HTTP server for the client's connection handling, on raw
     sockets. Each connection answers `answers` requests (every path the

@@ -580,14 +580,16 @@ static int posted(tn_ctl_t *c, node_t *nd)
     if (nd->m.node_id != nd->id)
         return say("backup", "%s answered as node %" PRIu64 ", the member list says %" PRIu64,
                    nd->url, nd->m.node_id, nd->id);
-    for (size_t k = 0; k < nd->m.nisolated; k++)
+    for (size_t k = 0; k < nd->m.nisolated; k++) {
+        char why[1024];
         fprintf(stderr,
                 "ternctl backup: warning: node %" PRIu64 ": partition %s/%" PRIu32
                 " is isolated (%s): its files are copied whole, the damage included, and "
                 "it is restored isolated as it is now (docs/operations.md, \"A damaged "
                 "partition\")\n",
                 nd->id, nd->m.isolated[k].topic, nd->m.isolated[k].partition,
-                nd->m.isolated[k].error);
+                tn_ctl_shown(nd->m.isolated[k].error, why, sizeof(why)));
+    }
     return TN_CTL_OK;
 }
 
@@ -1376,13 +1378,16 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
     }
     /* Partitions copied isolated for damage: said, then restored as they
      * were (ternd opens them isolated again). */
-    for (size_t i = 0; i < m.nisolated; i++)
+    for (size_t i = 0; i < m.nisolated; i++) {
+        char why[1024];
         fprintf(stderr,
                 "ternctl restore: warning: partition %s/%" PRIu32 ": node %" PRIu64
                 " had it isolated when backed up (%s): restored as it was, the "
                 "damage included, so ternd opens it isolated (docs/operations.md, \"A damaged "
                 "partition\")\n",
-                m.isolated[i].topic, m.isolated[i].partition, id, m.isolated[i].error);
+                m.isolated[i].topic, m.isolated[i].partition, id,
+                tn_ctl_shown(m.isolated[i].error, why, sizeof(why)));
+    }
     /* Channel files that do not go together: said, then restored. */
     if (tn_manifest_check_channels(&m, stderr) < 0) {
         rc = say("restore", "out of memory");

@@ -566,12 +566,13 @@ static void server_message(const tn_ctl_resp_t *r, char *out, size_t cap)
         if (m == NULL)
             m = tn_ctl_get_str(v, "status");
     }
-    if (m != NULL) {
-        snprintf(out, cap, "%s", m);
-    } else {
+    char line[301];
+    if (m == NULL) {
         size_t n = strcspn(r->body, "\r\n");
-        snprintf(out, cap, "%.*s", (int)TN_MIN(n, (size_t)300), r->body);
+        snprintf(line, sizeof(line), "%.*s", (int)TN_MIN(n, (size_t)300), r->body);
+        m = line;
     }
+    tn_ctl_shown(m, out, cap);
     if (v != NULL)
         yajl_tree_free(v);
 }
@@ -682,6 +683,39 @@ char *tn_ctl_esc(const char *s, char *out, size_t cap)
     return out;
 }
 
+char *tn_ctl_shown(const char *s, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
+        char esc[8];
+        int n = 0;
+        if (*p < 0x20 || *p == 0x7f)
+            n = snprintf(esc, sizeof(esc), "\\x%02x", *p);
+        else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+            n = snprintf(esc, sizeof(esc), "\\u%04x", *++p);
+        if (n > 0) {
+            if (o + (size_t)n + 1 > cap)
+                break;
+            memcpy(out + o, esc, (size_t)n);
+            o += (size_t)n;
+            continue;
+        }
+        /* A character's bytes go together: a lead byte and its
+         * continuation bytes, or none of them. */
+        size_t len = 1;
+        while (p[len] != '\0' && (p[len] & 0xc0) == 0x80 && *p >= 0xc0)
+            len++;
+        if (o + len + 1 > cap)
+            break;
+        memcpy(out + o, p, len);
+        o += len;
+        p += len - 1;
+    }
+    if (cap > 0)
+        out[o] = '\0';
+    return out;
+}
+
 int tn_ctl_parse_ms(const char *s, int64_t *out)
 {
     int64_t ns = 0;
@@ -716,8 +750,16 @@ int tn_ctl_table_row(tn_ctl_table_t *t, const char *const *cells)
         t->cap = cap;
     }
     char **row = t->cells + t->nrows * (size_t)t->ncols;
-    for (int i = 0; i < t->ncols; i++)
-        row[i] = dup_or_die(cells[i] != NULL ? cells[i] : "-");
+    for (int i = 0; i < t->ncols; i++) {
+        const char *cell = cells[i] != NULL ? cells[i] : "-";
+        size_t cap = 4 * strlen(cell) + 1; /* each byte at most \xNN */
+        char *shown = malloc(cap);
+        if (shown == NULL) {
+            fprintf(stderr, "ternctl: out of memory\n");
+            exit(TN_CTL_FAIL);
+        }
+        row[i] = tn_ctl_shown(cell, shown, cap);
+    }
     t->nrows++;
     return 0;
 }

@@ -117,6 +117,12 @@ bool tn_ctl_get_bool(yajl_val obj, const char *key, bool *out);
  * limits they checked). */
 char *tn_ctl_esc(const char *s, char *out, size_t cap);
 
+/* s as it may go to a terminal, into out[cap]: a control character (C0,
+ * DEL, and C1 as UTF-8 encodes it) is shown as \xNN (\u0080..\u009f for
+ * C1), so a server's text cannot move the cursor, retitle the window or
+ * hide what came before. Returns out; cut at a character that fits. */
+char *tn_ctl_shown(const char *s, char *out, size_t cap);
+
 /* A duration ("5s", "250ms", "1m30s") in milliseconds. 0 or UV_EINVAL. */
 int tn_ctl_parse_ms(const char *s, int64_t *out);
 
