@@ -908,15 +908,19 @@ class FakeNode(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\nX-Trailer: 1\r\n\r\n")
             return
         body = self.bodies.get(self.path)
-        self.send_response(200 if body else 404)
-        body = body or b'{"error":"not found"}'
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, 200 if body else 404, body or b'{"error":"not found"}')
 
     def log_message(self, *args):
         pass
+
+
+def send_json(handler, status, body):
+    """A fake node's answer: status and a JSON body of bytes."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
 
 
 class Tls(unittest.TestCase):
@@ -1020,12 +1024,7 @@ class HostileNode(http.server.BaseHTTPRequestHandler):
     }
 
     def do_GET(self):
-        status, body = self.answers.get(self.path.split("?")[0], (404, b'{"error":"no"}'))
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, *self.answers.get(self.path.split("?")[0], (404, b'{"error":"no"}')))
 
     def log_message(self, *args):
         pass
