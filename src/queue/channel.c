@@ -2221,6 +2221,7 @@ int tn_topic_part_requeue_leases(tn_topic_t *t, uint32_t p, tn_requeue_cb cb, vo
     if (op == NULL)
         return UV_ENOMEM;
     uint32_t k = 0;
+    int refused = 0;
     for (tn_channel_t *ch = t->channels; ch != NULL && k < nch; ch = ch->next, k++) {
         if (p < t->nparts && ch->state == TN_OBJ_READY && ch->consumers != NULL) {
             tn_chpart_t *cp = ch->parts[p];
@@ -2229,8 +2230,15 @@ int tn_topic_part_requeue_leases(tn_topic_t *t, uint32_t p, tn_requeue_cb cb, vo
                 tn_lease_t *l = c->owner.head;
                 while (l != NULL) {
                     tn_lease_t *next = l->owner_next;
-                    if (l->data == cp)
-                        (void)tn_consumer_req(c, p, l->offset, false, 0, 0);
+                    /* A REQ refused (no memory for its pending entry, a
+                     * log that cannot take its record) keeps its lease:
+                     * cb gets that error, so the caller tries again
+                     * before the hand-over rather than hand over a
+                     * message still leased here whose attempts no record
+                     * carries. The others are requeued meanwhile. */
+                    int rc = l->data == cp ? tn_consumer_req(c, p, l->offset, false, 0, 0) : 0;
+                    if (rc != 0 && refused == 0)
+                        refused = rc;
                     l = next;
                 }
                 c = c->next;
@@ -2238,7 +2246,7 @@ int tn_topic_part_requeue_leases(tn_topic_t *t, uint32_t p, tn_requeue_cb cb, vo
         }
         syncs_op_start(op, k, ch, p);
     }
-    syncs_op_ended(op, 0);
+    syncs_op_ended(op, refused);
     return 0;
 }
 

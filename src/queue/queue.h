@@ -1243,8 +1243,11 @@ void tn_broker_hold_recovered(tn_broker_t *b, bool held);
  * attempts of the messages in flight to the new leader. The holders'
  * settles fail afterwards (the leases are gone); nothing is delivered
  * meanwhile only if the caller holds the partition (tn_topic_part_hold).
- * cb runs exactly once, possibly before this returns; UV_ENOMEM (cb does
- * not run, nothing requeued) or 0. Loop thread. */
+ * A lease whose REQ is refused (tn_consumer_req: out of memory, a log
+ * that cannot take the record) stays out, and cb gets that error (the
+ * first one) once the others' records are durable: the caller tries
+ * again. cb runs exactly once, possibly before this returns; UV_ENOMEM
+ * (cb does not run, nothing requeued) or 0. Loop thread. */
 typedef void (*tn_requeue_cb)(void *arg, int status);
 int tn_topic_part_requeue_leases(tn_topic_t *t, uint32_t p, tn_requeue_cb cb, void *arg);
 /* Wait until what was queued so far to the logs of every partition of ch

@@ -1279,6 +1279,44 @@ static void test_req_out_of_memory_refused_lease_kept(void **state)
     ack_and_free(q, &s, ch, 1);
 }
 
+/* A hand-over's requeue of the leases (tn_topic_part_requeue_leases)
+ * whose REQ finds no memory for the message's pending entry (every
+ * allocation failing after the requeue's own) reports it: cb gets
+ * UV_ENOMEM and the lease stays, so the caller tries again rather than
+ * hand over a message still leased here whose attempts no record
+ * carries; the try again requeues it. Before: cb got 0, the lease still
+ * out. */
+static void test_requeue_leases_out_of_memory_reported(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    qfx_sink_t s;
+    tn_channel_t *ch = sink_with(q, &s, 1);
+    qfx_allw_t w = {0};
+    tn__channel_spares_free();
+    tn_alloc_fail_after(1); /* the requeue's own: its REQ's fail */
+    int rc = tn_topic_part_requeue_leases(ch->topic, 0, qfx_on_sync_all, &w);
+    tn_alloc_fail_after(-1);
+    assert_int_equal(rc, 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
+    size_t inflight = tn_consumer_inflight(&s.c);
+    int n = s.n;
+    qfx_allw_t w2 = {0};
+    assert_int_equal(tn_topic_part_requeue_leases(ch->topic, 0, qfx_on_sync_all, &w2), 0);
+    bool again = qfx_run_until(q, delivered_twice, &s);
+    printf("requeue leases out of memory: status %s, in flight %zu, delivered %d; again: "
+           "delivered again %d\n",
+           w.status == 0 ? "0" : tn_strerror(w.status), inflight, n, again);
+    assert_int_equal(w.status, UV_ENOMEM);
+    assert_int_equal(inflight, 1);
+    assert_int_equal(n, 1);
+    assert_true(again);
+    assert_true(qfx_run_until(q, qfx_all_done, &w2));
+    assert_int_equal(w2.status, 0);
+    assert_int_equal(s.d[1].attempts, 2);
+    ack_and_free(q, &s, ch, 1);
+}
+
 /* A deferred message that the scan meets while no memory can be had for
  * its pending entry (the channel's only pump run with every allocation
  * failing) is not left behind: the scan meets it again, and it is
@@ -3091,6 +3129,7 @@ int main(void)
         cmocka_unit_test(test_lease_timeout_out_of_memory_delivered_again),
         cmocka_unit_test(test_detach_out_of_memory_delivered_again),
         cmocka_unit_test(test_req_out_of_memory_refused_lease_kept),
+        cmocka_unit_test(test_requeue_leases_out_of_memory_reported),
         cmocka_unit_test(test_deferred_scan_out_of_memory_delivered),
         cmocka_unit_test(test_dead_letter_copy_gone_with_its_topic),
         cmocka_unit_test(test_dead_letter_copy_forgotten_when_emptied),
