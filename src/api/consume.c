@@ -262,8 +262,11 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
     while (p != NULL && p->want == 0)
         p = p->next;
     if (p == NULL) {
-        /* Nobody asked (should not happen): it goes back at once. */
-        tn_consumer_req(c, d->partition, d->offset, true, d->nonce, 0);
+        /* Nobody asked (should not happen): it goes back at once. A REQ
+         * refused (out of memory) would keep it leased to nobody's poll
+         * for the whole visibility timeout: its lease ends now instead
+         * (tn_consumer_put_back). */
+        tn_consumer_put_back(c, d->partition, d->offset, true, d->nonce, 0);
         return;
     }
     tn_consume_item_t m = {d->partition,  d->offset, d->nonce, d->attempts,
@@ -480,14 +483,18 @@ static void on_timer(uv_timer_t *h)
 }
 
 /* p's asker left before its answer: what a batch took goes back at once
- * (not at the end of its leases), and p goes. */
+ * (not at the end of its leases), and p goes. There is nobody to tell of
+ * a nack refused (out of memory, a log that cannot take the record), and
+ * p's handles die with it: such a message's lease ends at the engine's
+ * next wake instead (tn_consumer_put_back), not after the visibility
+ * timeout. */
 static void abandon(poll_t *p)
 {
     p->pk = NULL;
     if (p->lane != NULL && p->taken != NULL) {
         for (uint32_t i = 0; i < p->got; i++)
-            (void)tn_consumer_req(&p->lane->c, p->taken[i].partition, p->taken[i].offset, true,
-                                  p->taken[i].nonce, 0);
+            tn_consumer_put_back(&p->lane->c, p->taken[i].partition, p->taken[i].offset, true,
+                                 p->taken[i].nonce, 0);
     }
     poll_free(p);
 }
@@ -789,7 +796,7 @@ int tn_consume_settle(tn_consume_t *cs, const char *topic, const char *channel, 
             rc = tn_consumer_ack(&l->c, partition, offset, nonce);
         else if (how == TN_SETTLE_EXTEND)
             rc = tn_consumer_touch(&l->c, partition, offset, true, nonce, visibility_ms, 0);
-        else
+        else /* refused (out of memory, ...): the client is told, its lease kept */
             rc = tn_consumer_req(&l->c, partition, offset, true, nonce, 0);
         if (rc == TN_ENOTFOUND || rc == UV_ESRCH || rc == UV_EINVAL)
             continue; /* not this lane's lease */

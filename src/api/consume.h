@@ -89,8 +89,10 @@ struct tn_consume_parked_s {
 /* Serve a consume for pk: answered now (inside this call) or later. */
 void tn_consume_start_parked(tn_consume_t *cs, tn_consume_parked_t *pk, const tn_consume_args_t *a);
 /* pk's asker went before its answer: answer never runs, and the messages
- * a batch had taken for it go back to the channel at once (a nack), so a
- * consume cancelled mid-batch loses nothing and delays nothing. */
+ * a batch had taken for it go back to the channel at once (a nack; one
+ * refused for want of memory has its lease end at the engine's next wake
+ * instead: tn_consumer_put_back), so a consume cancelled mid-batch loses
+ * nothing and delays nothing. */
 void tn_consume_parked_cancel(tn_consume_parked_t *pk);
 
 /* Count n concurrent consumes for ident against the per-identity cap

@@ -161,7 +161,11 @@ static void on_copied(tn_pub_t *p, int status)
             const char *why = tn_replerr_text(status);
             TN_LOG_RL(TN_LOG_WARN, 10000, "fan-out %s -> %s: copying failed: %s; retrying",
                       r->parent, r->child, why != NULL ? why : tn_strerror(status));
-            tn_consumer_req(&r->c, cp->partition, cp->offset, true, cp->nonce, RETRY_MS);
+            /* A REQ refused (out of memory, a log that cannot take the
+             * record) would keep it leased for LEASE_MS: the lease ends
+             * after RETRY_MS instead (tn_consumer_put_back), so the copy
+             * is tried again as soon either way. */
+            tn_consumer_put_back(&r->c, cp->partition, cp->offset, true, cp->nonce, RETRY_MS);
         }
     }
     tn_pub_fini(&cp->pub);
@@ -181,7 +185,8 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
         if (cp != NULL)
             tn_pub_fini(&cp->pub);
         tn_free(cp);
-        tn_consumer_req(c, d->partition, d->offset, true, d->nonce, RETRY_MS);
+        /* Tried again later (its REQ refused too: as on_copied's). */
+        tn_consumer_put_back(c, d->partition, d->offset, true, d->nonce, RETRY_MS);
         return;
     }
     /* Equal counts (a child created with its parent has the parent's):

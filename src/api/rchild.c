@@ -564,7 +564,11 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
         }
     }
     if (p == NULL) {
-        tn_consumer_req(c, d->partition, d->offset, true, d->nonce, BACKOFF_MIN);
+        /* Out of memory to hold it: tried again a back-off later. A REQ
+         * refused (no memory for that either) would keep it leased for
+         * the whole lease (lease_ms: minutes); it ends after the back-off
+         * instead (tn_consumer_put_back), so the message comes back then. */
+        tn_consumer_put_back(c, d->partition, d->offset, true, d->nonce, BACKOFF_MIN);
         return;
     }
     held_t *h = &p->v[p->n++];

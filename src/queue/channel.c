@@ -2454,6 +2454,29 @@ int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool 
     return cp->broken ? rc : 0;
 }
 
+void tn_consumer_put_back(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
+                          uint32_t nonce, int64_t delay_ms)
+{
+    int rc = tn_consumer_req(c, partition, offset, check_nonce, nonce, delay_ms);
+    tn_chpart_t *cp;
+    tn_lease_t *l;
+    if (rc == 0 || find_lease(c, partition, offset, check_nonce, nonce, &cp, &l) != 0)
+        return; /* put back; or no such lease (any more: a REQ whose record failed) */
+    /* Refused, the lease kept: it ends by delay_ms from now instead (not
+     * later than it would have), as a timeout. Moving its deadline needs
+     * no memory, and a lease's end never fails (pend_or_rescan). */
+    if (delay_ms < 0)
+        delay_ms = 0;
+    int64_t deadline = lease_deadline(tn_now_mono_ms(), delay_ms);
+    if (deadline < l->deadline.key)
+        tn_leases_touch(&cp->leases, l, deadline);
+    tn__broker_rewake(cp);
+    TN_LOG_RL(TN_LOG_WARN, 10000,
+              "channel %s of %s/%" PRIu32 ": putting offset %" PRIu64 " back: %s; its lease ends "
+              "in %" PRId64 " ms instead",
+              c->ch->name, c->ch->topic->name, partition, offset, tn_strerror(rc), delay_ms);
+}
+
 int tn_consumer_dead_letter(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
                             uint32_t nonce, const tn_msg_t *body, const tn_msg_t *key,
                             tn_dlq_done_cb cb, void *arg)

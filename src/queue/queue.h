@@ -958,6 +958,18 @@ static inline uint32_t tn_broker_logs_full(const tn_broker_t *b)
  * UV_ENOMEM when the message's pending entry cannot be made. */
 int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
                     uint32_t nonce, int64_t delay_ms);
+/* tn_consumer_req for a consumer of the node's own, with no client to
+ * tell of a refusal (a /v1 lane giving back what nobody will get, a
+ * fan-out's or a remote child's runner trying a message again later): a
+ * REQ refused (out of memory, a log that cannot take the record) ends the
+ * lease by delay_ms from now instead, as its timeout would (counted as a
+ * timeout, attempts kept, no REQ record: a restart delivers it at once
+ * anyway), which needs no memory; a warn line, rate-limited, says so. So
+ * the message is never held past delay_ms (or its lease's end, if
+ * sooner) for want of memory. No such lease of c's: nothing happens.
+ * Loop thread. */
+void tn_consumer_put_back(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
+                          uint32_t nonce, int64_t delay_ms);
 /* The end of a dead-letter move (tn_consumer_dead_letter): status 0 once
  * the copy is durable in the dead-letter topic and the source's FIN in
  * its log (the move is done, and counted: tn_channel_t.dlq_count,

@@ -24,12 +24,14 @@
 #include "cluster/router.h"
 #include "cluster/rpc.h"
 #include "cluster/wire.h"
+#include "core/alloc.h"
 #include "core/err.h"
 #include "core/time.h"
 #include "meta/meta.h"
 #include "proto/http/server.h"
 #include "queue/queue.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -461,11 +463,12 @@ static void expect_both_again(ffx_t *f, tn_consume_args_t *a)
 }
 
 /* A batch cancelled after it took messages and before its answer gives
- * them back at once: the next consume has them (a second attempt), not
- * after the visibility timeout. */
-static void test_cancelled_batch_gives_back(void **state)
+ * them back: the next consume has them (a second attempt), not after the
+ * visibility timeout. Out of memory (every allocation failing while it is
+ * cancelled), its nacks are refused (no pending entry can be made) and
+ * their leases end at the engine's next wake instead, as timeouts. */
+static void cancelled_batch_gives_back(bool out_of_memory)
 {
-    (void)state;
     tn_consume_args_t a;
     ffx_t *f = two_ready(&a);
     parked_t q;
@@ -475,12 +478,28 @@ static void test_cancelled_batch_gives_back(void **state)
     tn_consume_start_parked(f->v.consume, &q.pk, &a);
     until_both_leased(f, &q.answered);
     assert_false(q.answered);
+    if (out_of_memory)
+        tn_alloc_fail_after(0);
     tn_consume_parked_cancel(&q.pk);
-    assert_int_equal(f->b->inflight_msgs, 0); /* both back at once */
+    tn_alloc_fail_after(-1);
+    uint64_t at_once = f->b->inflight_msgs;
     run_for(f, 100);
+    printf("cancelled%s: in flight at once %" PRIu64 ", after 100 ms %" PRIu64 "\n",
+           out_of_memory ? " out of memory" : "", at_once, f->b->inflight_msgs);
+    assert_int_equal(at_once, out_of_memory ? 2 : 0); /* nacked at once, or at the next wake */
+    assert_int_equal(f->b->inflight_msgs, 0);
     assert_false(q.answered);
     expect_both_again(f, &a);
     ffx_free(f);
+}
+
+/* Before, out of memory: both stayed leased for the visibility timeout
+ * (30 s). */
+static void test_cancelled_batch_gives_back(void **state)
+{
+    (void)state;
+    cancelled_batch_gives_back(false);
+    cancelled_batch_gives_back(true);
 }
 
 /* The same for a batch of an HTTP client that left in that moment (its

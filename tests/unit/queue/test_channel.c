@@ -1279,6 +1279,35 @@ static void test_req_out_of_memory_refused_lease_kept(void **state)
     ack_and_free(q, &s, ch, 1);
 }
 
+/* A put-back (tn_consumer_put_back: the node's own consumers, a fan-out
+ * trying a copy again later) whose REQ finds no memory for the message's
+ * pending entry ends the lease after its delay instead, as a timeout, so
+ * the message comes back then with its attempts, not at the end of the
+ * lease (a minute here). */
+static void test_put_back_out_of_memory_lease_ends_after_delay(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    qfx_sink_t s;
+    tn_channel_t *ch = sink_with(q, &s, 1);
+    int64_t t0 = tn_now_mono_ms();
+    out_of_memory();
+    tn_consumer_put_back(&s.c, 0, s.d[0].offset, true, s.d[0].nonce, 200);
+    tn_alloc_fail_after(-1);
+    size_t inflight = tn_consumer_inflight(&s.c);
+    bool again = qfx_run(q, delivered_twice, &s, tn_now_mono_ms() + 5000);
+    int64_t waited = tn_now_mono_ms() - t0;
+    printf("put back out of memory: in flight %zu; delivered again %d after %" PRId64
+           " ms (attempts %u), timeouts %" PRIu64 "\n",
+           inflight, again, waited, again ? s.d[1].attempts : 0, q->b->timeouts);
+    assert_int_equal(inflight, 1);
+    assert_true(again);
+    assert_true(waited >= 200);
+    assert_int_equal(s.d[1].attempts, 2);
+    assert_int_equal(q->b->timeouts, 1);
+    ack_and_free(q, &s, ch, 1);
+}
+
 /* A hand-over's requeue of the leases (tn_topic_part_requeue_leases)
  * whose REQ finds no memory for the message's pending entry (every
  * allocation failing after the requeue's own) reports it: cb gets
@@ -3129,6 +3158,7 @@ int main(void)
         cmocka_unit_test(test_lease_timeout_out_of_memory_delivered_again),
         cmocka_unit_test(test_detach_out_of_memory_delivered_again),
         cmocka_unit_test(test_req_out_of_memory_refused_lease_kept),
+        cmocka_unit_test(test_put_back_out_of_memory_lease_ends_after_delay),
         cmocka_unit_test(test_requeue_leases_out_of_memory_reported),
         cmocka_unit_test(test_deferred_scan_out_of_memory_delivered),
         cmocka_unit_test(test_dead_letter_copy_gone_with_its_topic),
