@@ -1,4 +1,5 @@
-/* Publishes held while their topic is being created. See hold.h. */
+/* Publishes held while their topic is being created, or their partition
+ * recovered at start is not placed yet. See hold.h. */
 #include "core/platform.h"
 
 #include "cluster/hold.h"
@@ -18,6 +19,8 @@ typedef struct held_s {
     int64_t deliver_at_ms;
     int64_t created_at_ms; /* the marked record's */
     int64_t until_ms;      /* monotonic: TN_ROUTER_CREATE_HOLD_MS after it came */
+    bool placing;          /* held until partition is placed (tn_hold_until_placed) */
+    uint32_t partition;
     uv_timer_t timer;
     size_t len;
     char topic[TN_NAME_MAX + 1];
@@ -94,14 +97,22 @@ static void end(held_t *x, int status)
 
 /* What a held publish waits for now: UV_EAGAIN (still marked within its
  * bound, or, for an NSQ door's publish, this engine still has the topic
- * made from the old record), else its end (hold.h step 2, 3). */
+ * made from the old record; or its partition still start_held within
+ * its bound), else its end (hold.h step 2, 3 of either DESIGN). */
 static int look(const held_t *x)
 {
-    const tn_meta_topic_entry_t *e = record_of(x->h, x->topic);
-    bool same = e != NULL && e->rec.created_at_ms == x->created_at_ms;
     bool late = tn_now_mono_ms() >= x->until_ms;
     if (x->h->b->closing)
         return TN_ECLOSED;
+    if (x->placing) {
+        /* Gone meanwhile: routed anew, as a publish to no such topic. */
+        const tn_topic_t *t = tn_broker_topic_find(x->h->b, x->topic);
+        if (t == NULL || !tn_hold_start_held(t, x->partition))
+            return 0;
+        return late ? TN_EPLACING : UV_EAGAIN;
+    }
+    const tn_meta_topic_entry_t *e = record_of(x->h, x->topic);
+    bool same = e != NULL && e->rec.created_at_ms == x->created_at_ms;
     if (same && e->rec.creating != 0)
         return late ? TN_ECREATING : UV_EAGAIN;
     if (same)
@@ -128,8 +139,10 @@ static void on_tick(uv_timer_t *timer)
         end(x, rc);
 }
 
-int tn_hold_publish(tn_hold_t *h, const char *topic, size_t len, tn_pub_t *p, int64_t deliver_at_ms,
-                    int64_t created_at_ms)
+/* Put p on h's list (hold.h); placing: until partition is placed, else
+ * until the record made at created_at_ms is no longer marked. */
+static int hold(tn_hold_t *h, const char *topic, size_t len, tn_pub_t *p, int64_t deliver_at_ms,
+                int64_t created_at_ms, bool placing, uint32_t partition)
 {
     if (len == 0 || len > TN_NAME_MAX)
         return UV_EINVAL;
@@ -145,6 +158,8 @@ int tn_hold_publish(tn_hold_t *h, const char *topic, size_t len, tn_pub_t *p, in
     x->p = p;
     x->deliver_at_ms = deliver_at_ms;
     x->created_at_ms = created_at_ms;
+    x->placing = placing;
+    x->partition = partition;
     x->until_ms = tn_now_mono_ms() + TN_ROUTER_CREATE_HOLD_MS;
     x->len = len;
     memcpy(x->topic, topic, len);
@@ -156,6 +171,23 @@ int tn_hold_publish(tn_hold_t *h, const char *topic, size_t len, tn_pub_t *p, in
     h->head = x;
     uv_timer_start(&x->timer, on_tick, TN_HOLD_POLL_MS, TN_HOLD_POLL_MS);
     return 0;
+}
+
+int tn_hold_publish(tn_hold_t *h, const char *topic, size_t len, tn_pub_t *p, int64_t deliver_at_ms,
+                    int64_t created_at_ms)
+{
+    return hold(h, topic, len, p, deliver_at_ms, created_at_ms, false, 0);
+}
+
+bool tn_hold_start_held(const tn_topic_t *t, uint32_t partition)
+{
+    return partition < t->nparts && t->parts[partition]->start_held;
+}
+
+int tn_hold_until_placed(tn_hold_t *h, const char *topic, size_t len, uint32_t partition,
+                         tn_pub_t *p, int64_t deliver_at_ms)
+{
+    return hold(h, topic, len, p, deliver_at_ms, 0, true, partition);
 }
 
 void tn_hold_free(tn_hold_t *h)

@@ -23,6 +23,10 @@ const char *tn_replerr_text(int status)
     case TN_ECREATING:
         /* Held past TN_ROUTER_CREATE_HOLD_MS (cluster/router.h). */
         return "topic is being created; retry";
+    case TN_EPLACING:
+        /* A partition recovered at start, held past the same bound while
+         * this node does not know yet whose it is (cluster/hold.h). */
+        return "this node is still catching up with the cluster's placement; retry";
     default:
         return NULL;
     }

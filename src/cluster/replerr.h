@@ -2,13 +2,14 @@
  * of a replicated partition for a reason that passes by itself: too few
  * in-sync replicas (TN_EFEWREPLICAS), a leader epoch that moved on while
  * the request was under way (TN_EFENCED), a new leader that has not yet
- * committed its epoch start (TN_ENOTSERVING), or a topic still being
+ * committed its epoch start (TN_ENOTSERVING), a topic still being
  * created through /v1 past the router's hold (TN_ECREATING,
- * cluster/router.h). Every door (NSQ TCP, the
- * nsqd HTTP endpoints, /v1 produce, batch and ack, the WebSocket feed,
- * fan-out copies) asks here, so one condition reads the same through all
- * of them: NSQ `E_PUB_FAILED <text>` with the connection kept, HTTP 503
- * `{"error":"<text>"}` with `Retry-After: 1`.
+ * cluster/hold.h), or a partition recovered at start whose placement
+ * this node has not followed yet past the same hold (TN_EPLACING). Every
+ * door (NSQ TCP, the nsqd HTTP endpoints, /v1 produce, batch and ack,
+ * the WebSocket feed, fan-out copies) asks here, so one condition reads
+ * the same through all of them: NSQ `E_PUB_FAILED <text>` with the
+ * connection kept, HTTP 503 `{"error":"<text>"}` with `Retry-After: 1`.
  *
  * Pure: no state, any thread. */
 #ifndef TN_CLUSTER_REPLERR_H

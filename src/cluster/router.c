@@ -71,7 +71,7 @@ struct tn_router_s {
      * windows, and the forwards of publishes taken here. */
     tn_produce_server_t *produce;
     tn_forward_t *fwd;
-    tn_hold_t *hold; /* publishes to topics being created (cluster/hold.h) */
+    tn_hold_t *hold; /* publishes to topics being created, or not placed yet (cluster/hold.h) */
 };
 
 /* A publish being accepted into the ingress log: owned by the router from
@@ -124,15 +124,36 @@ static bool held(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p, int
     return true;
 }
 
+/* The engine refused p (p->topic its topic, p->partition the partition
+ * it picked) with *rc: for a topic being created (TN_ECREATING) or a
+ * partition recovered at start and not placed yet (TN_EPLACING), p is
+ * held (hold.h) and *rc says whether that worked (0: on_hold_end
+ * answers). false: not such a refusal, *rc unchanged. */
+static bool held_by_engine(tn_router_t *r, tn_pub_t *p, int64_t deliver_at_ms, int *rc)
+{
+    if (p->topic == NULL)
+        return false;
+    const char *name = p->topic->name;
+    if (*rc == TN_ECREATING)
+        return held(r, name, strlen(name), p, deliver_at_ms, rc);
+    if (*rc != TN_EPLACING)
+        return false;
+    *rc = tn_hold_until_placed(r->hold, name, strlen(name), p->partition, p, deliver_at_ms);
+    return true;
+}
+
 /* The engine's append check (queue.h), whatever way the publish reached
- * the engine: nothing is appended to a topic being created (hold.h; the
- * router holds the publish on TN_ECREATING), and a replicated
- * partition's records only by its serving leader. */
+ * the engine: nothing is appended to a topic being created, nor to a
+ * partition recovered at start before this node followed the placement
+ * (hold.h; the router holds the publish on TN_ECREATING, TN_EPLACING),
+ * and a replicated partition's records only by its serving leader. */
 static int may_append(void *arg, const tn_topic_t *t, uint32_t p)
 {
     tn_router_t *r = arg;
     if (tn_hold_marked(r->hold, t->name, strlen(t->name), NULL))
         return TN_ECREATING;
+    if (tn_hold_start_held(t, p))
+        return TN_EPLACING;
     if (r->replica == NULL)
         return 0;
     return tn_replica_may_append(r->replica, t->name, p, tn_topic_part_plog(t, p));
@@ -361,9 +382,7 @@ static int wait_for_leader(tn_router_t *r, const char *name, uint32_t partition,
 
 static void on_engine_done(tn_pub_t *p, int status)
 {
-    if (status == TN_ECREATING && p->topic != NULL &&
-        held(p->route, p->topic->name, strlen(p->topic->name), p, p->deliver_at_ms, &status) &&
-        status == 0)
+    if (held_by_engine(p->route, p, p->deliver_at_ms, &status) && status == 0)
         return; /* on_hold_end answers */
     if (status == UV_EINVAL && grown_elsewhere(p->route, p))
         status = TN_EREMOTE;
@@ -511,8 +530,8 @@ static int route(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p, int
         rc = spill(r, p);
     else if (rc == TN_ENOTSERVING && p->topic != NULL)
         rc = wait_for_leader(r, p->topic->name, p->partition, p);
-    else if (rc == TN_ECREATING && p->topic != NULL)
-        (void)held(r, p->topic->name, strlen(p->topic->name), p, deliver_at_ms, &rc);
+    else
+        (void)held_by_engine(r, p, deliver_at_ms, &rc);
     return rc;
 }
 

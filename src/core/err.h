@@ -34,7 +34,8 @@
     X(UNKNOWNEPOCH, "the request carries a leader epoch newer than this node knows")               \
     X(FEWREPLICAS, "fewer in-sync replicas than min_insync_replicas: write refused")               \
     X(NOTSERVING, "the partition's new leader is not serving yet; retry")                          \
-    X(CREATING, "the topic is being created; retry")
+    X(CREATING, "the topic is being created; retry")                                               \
+    X(PLACING, "this node is still catching up with the cluster's placement; retry")
 
 enum {
     TN__ERR_BASE = -100000,

@@ -18,22 +18,28 @@ consume through A was answered the five messages from A's stale copy
 here goes remote in the engine, leader or none.
 
 Also: a stale copy is not served at start, before the metastore replica
-caught up (test_moved_copy_not_served_before_the_metastore).
+caught up (test_moved_copy_not_served_before_the_metastore), and a publish
+through its node is not acknowledged into it then
+(test_publish_to_a_moved_copy_not_acknowledged_before_the_metastore).
 
 Run: python3 tests/cluster/test_offline_copy.py --ternd build/ternd-test --ternctl build/ternctl
 """
+import http.client
 import os
 import socket
 import sys
+import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
 import harness
 import test_repl_restore as rr
 from harness import ClusterTest, wait_until
-from nsqwire import FRAME_MESSAGE, Closed, Conn  # noqa: E402  (tests/e2e)
+from nsqwire import FRAME_ERROR, FRAME_MESSAGE, Closed, Conn  # noqa: E402  (tests/e2e)
 
 OCTET = {"Content-Type": "application/octet-stream"}
 CLIENT = {"X-Tern-Client": "test-offline-copy"}
+CATCHING_UP = "this node is still catching up with the cluster's placement; retry"
+E_CATCHING_UP = b"E_PUB_FAILED " + CATCHING_UP.encode()
 
 
 class OfflineCopyTest(ClusterTest):
@@ -45,9 +51,10 @@ class OfflineCopyTest(ClusterTest):
             return None
         return body["partition_stats"][0]
 
-    def cluster_with(self, n, topic, factor):
-        """n nodes started, topic of one partition made (factor, min-insync 1)."""
-        c = self.make(n).start()
+    def cluster_with(self, n, topic, factor, **kw):
+        """n nodes started (make's kw), topic of one partition made (factor,
+        min-insync 1)."""
+        c = self.make(n, **kw).start()
         c.wait_alive(n)
         st, body = c.nodes[0].request("POST", "/v1/topics", {
             "name": topic, "partitions": 1, "replication_factor": factor,
@@ -141,8 +148,124 @@ class OfflineCopyTest(ClusterTest):
         self.assertEqual(self.nsq_consumed(node[a], "mv", "c"), [])
         self.stop_all_running(c)
 
-    def nsq_consumed(self, n, topic, channel):
-        """What an NSQ consumer (RDY 10) of channel through n's TCP door
+    def test_publish_to_a_moved_copy_not_acknowledged_before_the_metastore(self):
+        """As above (security off, so that the NSQ doors may publish to the
+        /v1 topic `mw`): A restored with `--rejoin` from the backup taken
+        before mw/0 moved to B, started alone, its metastore replica unable
+        to catch up. A publish through A's doors (NSQ TCP PUB and MPUB,
+        nsqd HTTP /pub and /mpub, /v1 produce) is never answered OK unless
+        its message is then readable from B, mw/0's owner: held, then
+        refused as a retryable `E_PUB_FAILED` / 503 with `Retry-After: 1`
+        while A still does not know whose mw/0 is. Publishes through A
+        while B and C come back either fail that way or reach B; once A is
+        ready they reach B. Before: A's NSQ doors answered OK at once,
+        their messages appended to A's stale copy, which went to
+        quarantine/ once A followed the placement: acknowledged, then
+        lost to every consumer."""
+        c, node, a, b, cc, bdir = self.backed_up_then_moved("mw", channel="c", security=False)
+        self.stop_all_running(c)
+        self.restore_rejoin(node[a], a, bdir)
+        info = wait_until(f"{a}'s /info", lambda: (
+            (x := node[a].request("GET", "/info", timeout=5))[0] == 200 and x[1]), 60)
+        acked = []  # the bodies A answered OK
+        alone = []  # A alone: (door, its answer), checked once the others are back
+
+        # A alone: every door's publish waits, then is refused to retry.
+        conn = Conn(info["tcp_port"], host=node[a].host, timeout=30)
+        try:
+            conn.identify()
+            for door, send, bodies in [
+                    ("PUB", lambda: conn.pub("mw", b"tcp-0"), [b"tcp-0"]),
+                    ("MPUB", lambda: conn.mpub("mw", [b"tcp-1", b"tcp-2"]), [b"tcp-1", b"tcp-2"])]:
+                kind, data = send()
+                if kind != FRAME_ERROR:
+                    acked += bodies
+                alone.append((door, (kind, data), (FRAME_ERROR, E_CATCHING_UP)))
+        finally:
+            conn.close()
+        for path, body, bodies in [("/pub?topic=mw", b"http-0", [b"http-0"]),
+                                   ("/mpub?topic=mw", b"http-1\nhttp-2", [b"http-1", b"http-2"])]:
+            st, headers, data = self.raw_post(node[a], path, body)
+            if st == 200:
+                acked += bodies
+            alone.append((path, (st, headers.get("Retry-After"), CATCHING_UP.encode() in data,
+                                 data), (503, "1", True, data)))
+        st, body = node[a].request("POST", "/v1/topics/mw/produce?partition=0", b"v1-0",
+                                   headers=OCTET, timeout=30)
+        if st == 202:
+            acked.append(b"v1-0")
+        alone.append(("/v1 produce", (st, body), (503, body)))
+
+        # B and C come back while a publisher keeps publishing through A's
+        # TCP door: each answer is OK (then its message reaches B) or the
+        # retryable refusal.
+        stop = threading.Event()
+        refused = []
+
+        def publish():
+            pc = Conn(info["tcp_port"], host=node[a].host, timeout=30)
+            try:
+                pc.identify()
+                i = 0
+                while not stop.is_set():
+                    m = f"during-{i}".encode()
+                    kind, data = pc.pub("mw", m)
+                    if kind == FRAME_ERROR:
+                        refused.append(data)
+                    else:
+                        acked.append(m)
+                    i += 1
+                    stop.wait(0.2)  # a few publishes a second, not a flood
+            finally:
+                pc.close()
+        t = threading.Thread(target=publish, daemon=True)
+        t.start()
+        try:
+            node[b].start()
+            node[cc].start()
+            c.wait_ready()
+            wait_until(f"{a} knows mw/0 on {b}", lambda: (
+                (s := self.pstate(node[a], "mw")) and str(s.get("leader")) == b), 60)
+        finally:
+            stop.set()
+            t.join(60)
+        self.assertEqual([r for r in refused if r != E_CATCHING_UP], [])
+        st, body = node[a].request("POST", "/v1/topics/mw/produce?partition=0", b"v1-after",
+                                   headers=OCTET, timeout=30)
+        self.assertEqual(st, 202, body)
+        acked.append(b"v1-after")
+        sys.stderr.write(f"[offline_copy] acknowledged through {a}: {acked}; "
+                         f"refused while B and C came back: {len(refused)}\n")
+        # Everything acknowledged is on B (with the five of the backup).
+        want = sorted([f"m-{i}".encode() for i in range(5)] + acked)
+        got = []
+
+        def all_on_b():
+            got[:] = self.nsq_consumed(node[b], "mw", "c", rdy=200)
+            return sorted(got) == want
+        try:
+            wait_until(f"what {a} acknowledged readable from {b}", all_on_b, 60)
+        except AssertionError:
+            self.fail(f"acknowledged through {a} and not on {b}: "
+                      f"{sorted(set(want) - set(got))}; on {b}: {sorted(got)}")
+        # What A answered alone: the retryable refusal, the connection kept.
+        for door, answer, refusal in alone:
+            self.assertEqual(answer, refusal, f"{door} through {a}, alone")
+        self.stop_all_running(c)
+
+    def raw_post(self, n, path, body):
+        """POST body to n's path without credentials: (status, headers,
+        raw body)."""
+        conn = http.client.HTTPConnection(n.host, n.http_port, timeout=30)
+        try:
+            conn.request("POST", path, body=body)
+            r = conn.getresponse()
+            return r.status, dict(r.getheaders()), r.read()
+        finally:
+            conn.close()
+
+    def nsq_consumed(self, n, topic, channel, rdy=10):
+        """What an NSQ consumer (RDY rdy) of channel through n's TCP door
         gets until 5 s of quiet or a close, once n answers /info (before
         /readyz): the messages' bodies."""
         info = wait_until(f"{n.id}'s /info", lambda: (
@@ -152,7 +275,7 @@ class OfflineCopyTest(ClusterTest):
         try:
             conn.identify()
             conn.sub(topic, channel)
-            conn.rdy(10)
+            conn.rdy(rdy)
             try:
                 while True:
                     kind, data = conn.read_frame()
@@ -164,12 +287,13 @@ class OfflineCopyTest(ClusterTest):
             conn.close()
         return got
 
-    def backed_up_then_moved(self, topic, channel=None):
-        """Three nodes, a factor-1 topic (with channel, made through A's
-        nsqd endpoint, when given) whose partition on A (its owner) holds
-        five acknowledged messages when a backup is taken; the partition
-        then moved to B. (cluster, nodes by id, a, b, the third, backup)."""
-        c, first = self.cluster_with(3, topic, 1)
+    def backed_up_then_moved(self, topic, channel=None, **kw):
+        """Three nodes (make's kw), a factor-1 topic (with channel, made
+        through A's nsqd endpoint, when given) whose partition on A (its
+        owner) holds five acknowledged messages when a backup is taken; the
+        partition then moved to B. (cluster, nodes by id, a, b, the third,
+        backup)."""
+        c, first = self.cluster_with(3, topic, 1, **kw)
         wait_until(f"an owner of {topic}/0", lambda: all(
             (o := n.owners(topic)) and o[0] != "0" for n in c.nodes))
         node = {str(n.id): n for n in c.nodes}

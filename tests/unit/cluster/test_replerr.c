@@ -20,6 +20,9 @@ static void test_texts(void **state)
     assert_true(tn_replerr_retryable(TN_EFEWREPLICAS));
     assert_true(tn_replerr_retryable(TN_EFENCED));
     assert_true(tn_replerr_retryable(TN_ENOTSERVING));
+    assert_true(tn_replerr_retryable(TN_EPLACING));
+    assert_non_null(
+        strstr(tn_replerr_text(TN_EPLACING), "catching up with the cluster's placement"));
     /* Everything else keeps its door's own answer. */
     const int others[] = {0,      TN_EREMOTE, TN_EDISKHIGH, TN_ECORRUPT, TN_EUNKNOWNEPOCH,
                           UV_EIO, UV_ENOMEM,  TN_ENOTFOUND};
@@ -29,7 +32,7 @@ static void test_texts(void **state)
     }
     /* The texts are JSON-safe as they are (the nsqd HTTP door prints them
      * into its body unescaped). */
-    const int all[] = {TN_EFEWREPLICAS, TN_EFENCED, TN_ENOTSERVING};
+    const int all[] = {TN_EFEWREPLICAS, TN_EFENCED, TN_ENOTSERVING, TN_ECREATING, TN_EPLACING};
     for (size_t i = 0; i < TN_ARRAY_SIZE(all); i++)
         assert_null(strpbrk(tn_replerr_text(all[i]), "\"\\\r\n"));
     assert_string_equal(tn_err_name(TN_ENOTSERVING), "TN_ENOTSERVING");

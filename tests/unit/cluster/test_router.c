@@ -16,7 +16,10 @@
  * publishes to a topic being created (cluster/hold.h): held, nothing
  * written, until the mark clears (a stale TOPIC_READY does not clear
  * it), TN_ENOTFOUND once the record is taken back, TN_ECREATING after
- * the bound, TN_ECLOSED as the router is freed. Every test checks that
+ * the bound, TN_ECLOSED as the router is freed; and publishes to a
+ * partition recovered at start whose placement this node has not
+ * followed yet (start_held): held, nothing written, until the catalog
+ * releases it, TN_EPLACING after the bound. Every test checks that
  * uv_loop_close returns 0. */
 #include "core/platform.h"
 
@@ -478,6 +481,17 @@ static uint64_t next_offset(rfx_t *f, const char *name)
     return st.written_next;
 }
 
+/* A publish of one message to name straight to the engine (not through
+ * the router) is refused with want by its append check. */
+static void engine_refuses(rfx_t *f, const char *name, int want)
+{
+    tn_pub_t direct;
+    assert_int_equal(tn_pub_init(&direct, 1), 0);
+    assert_int_equal(tn_pub_set(&direct, 0, "m", 1), 0);
+    assert_int_equal(tn_broker_publish(f->b, name, strlen(name), &direct, 0, NULL), want);
+    tn_pub_fini(&direct);
+}
+
 /* Held while marked, nothing written; taken once the mark clears. The
  * engine's own append check refuses a marked topic too. */
 static void test_held_until_ready(void **state)
@@ -485,11 +499,7 @@ static void test_held_until_ready(void **state)
     (void)state;
     rfx_t *f = rfx_new();
     marked_topic(f, "fresh", 1000);
-    tn_pub_t direct;
-    assert_int_equal(tn_pub_init(&direct, 1), 0);
-    assert_int_equal(tn_pub_set(&direct, 0, "m", 1), 0);
-    assert_int_equal(tn_broker_publish(f->b, "fresh", 5, &direct, 0, NULL), TN_ECREATING);
-    tn_pub_fini(&direct);
+    engine_refuses(f, "fresh", TN_ECREATING);
     held_pub_t h;
     publish_held(f, &h, "fresh");
     assert_int_equal(next_offset(f, "fresh"), 0);
@@ -602,6 +612,47 @@ static void test_held_too_long(void **state)
     rfx_free(f);
 }
 
+/* A partition recovered at start, held until this node followed the
+ * placement (tn_broker_hold_recovered, as a cluster's catalog does):
+ * the engine's append check refuses it, the router holds a publish to it
+ * with nothing written, and routes it once the hold is released; still
+ * held after TN_ROUTER_CREATE_HOLD_MS, it is refused with the doors'
+ * retryable answer. */
+static void test_held_until_placed(void **state)
+{
+    (void)state;
+    rfx_t *f = rfx_new();
+    tn_meta_cmd_t c = tu_meta_topic_cmd("kept", 1);
+    commit(f, &c);
+    (void)tu_broker_topic(f->loop, f->b, "kept", 1);
+    tn_broker_hold_recovered(f->b, true);
+    engine_refuses(f, "kept", TN_EPLACING);
+    held_pub_t h;
+    publish_held(f, &h, "kept");
+    assert_int_equal(next_offset(f, "kept"), 0);
+    tn_broker_hold_recovered(f->b, false);
+    assert_true(tu_run_loop(f->loop, tu_is_true, &h.done));
+    assert_int_equal(h.status, 0);
+    assert_int_equal(next_offset(f, "kept"), 1);
+    tn_pub_fini(&h.pub);
+
+    tn_broker_hold_recovered(f->b, true);
+    int64_t t0 = tn_now_mono_ms();
+    publish_held(f, &h, "kept");
+    assert_true(tu_run_loop(f->loop, tu_is_true, &h.done));
+    assert_int_equal(h.status, TN_EPLACING);
+    assert_true(tn_now_mono_ms() - t0 >= TN_ROUTER_CREATE_HOLD_MS);
+    assert_int_equal(next_offset(f, "kept"), 1);
+    assert_true(tn_replerr_retryable(TN_EPLACING));
+    assert_string_equal(tn_replerr_text(TN_EPLACING),
+                        "this node is still catching up with the cluster's placement; retry");
+    tn_pub_fini(&h.pub);
+    tn_router_stats_t st;
+    tn_router_stats(f->router, &st);
+    assert_int_equal(st.publishing, 0);
+    rfx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -615,6 +666,7 @@ int main(void)
         cmocka_unit_test(test_held_then_taken_back),
         cmocka_unit_test(test_held_while_the_old_topic_goes),
         cmocka_unit_test(test_held_too_long),
+        cmocka_unit_test(test_held_until_placed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
