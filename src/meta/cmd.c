@@ -289,6 +289,8 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
     }
     case TN_MC_TOPIC_DELETE:
         tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
+        if (c->if_created)
+            tn__meta_w_u64(&w, (uint64_t)c->topic.created_at_ms);
         break;
     case TN_MC_TOPIC_READY:
         tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
@@ -859,6 +861,12 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
     }
     case TN_MC_TOPIC_DELETE:
         r_name(&r, c->topic.name, false);
+        /* The take-back's stamp came later: an older build's entry has
+         * none, an unconditional delete. */
+        if (r.rc == 0 && r.left > 0) {
+            c->if_created = true;
+            c->topic.created_at_ms = r_i64(&r);
+        }
         break;
     case TN_MC_TOPIC_READY:
         r_name(&r, c->topic.name, false);

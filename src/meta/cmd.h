@@ -95,7 +95,11 @@
  * snapshot record): ready. An older build refuses an entry or snapshot
  * with it (trailing bytes). TOPIC_READY (27): [s] topic [8] created_at_ms,
  * the mark cleared; an older build refuses it as an unknown type
- * (UV_ENOTSUP), its state unchanged (it kept no mark).
+ * (UV_ENOTSUP), its state unchanged (it kept no mark). TOPIC_DELETE: [s]
+ * topic, then, only for a /v1 creation's take-back (if_created), [8]
+ * created_at_ms: only the record made then is deleted; absent (a user's
+ * delete, every older entry): any. An older build refuses an entry with
+ * it (trailing bytes), its state unchanged: the record stays there.
  * REMOTE_PUT (30) and REMOTE_DELETE (31): a remote's record with its
  * sealed credential, and its removal; REMOTE_SALT (32): the cluster's
  * seal salt, made once by the metastore leader; REMOTE_CHILD_PUT (33) and
@@ -353,6 +357,12 @@ typedef struct {
      * and an update never brings back a record deleted meanwhile. */
     bool if_unchanged;
     uint64_t expect;
+    /* TOPIC_DELETE: delete only the record made at topic.created_at_ms
+     * (TN_ECHANGED for another made under the name since, TN_ENOTFOUND for
+     * none): a /v1 creation's take-back, which must never delete a topic
+     * made again meanwhile. false: any record under the name (a user's
+     * delete, and every older build's entry). */
+    bool if_created;
     bool again; /* TOPIC_PUT, USER_PUT: a copy sent again (above) */
     /* TOPIC_PUT: topic.replication_factor is the one asked; the apply that
      * makes the topic clamps it (TN_META_TOPIC_CLAMP above). */

@@ -1028,21 +1028,28 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     return 0;
 }
 
+/* Whether t->name's record is the one made at t->created_at_ms: 0,
+ * TN_ENOTFOUND when there is none (taken back, deleted), TN_ECHANGED when
+ * it is another one made again under the name since. */
+static int topic_made_at(const tn_meta_state_t *s, const tn_meta_topic_t *t)
+{
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, t->name);
+    if (e == NULL)
+        return TN_ENOTFOUND;
+    return e->rec.created_at_ms == t->created_at_ms ? 0 : TN_ECHANGED;
+}
+
 /* A /v1 creation's part is made (cmd.h TOPIC_READY): the mark of the
- * record made at c->topic.created_at_ms is cleared. TN_ENOTFOUND when it
- * is gone (taken back, deleted), TN_ECHANGED when the record is another
- * one made again under the name since; 0 also when the mark was cleared
- * already (its member fenced meanwhile, or a copy sent again). */
+ * record made at c->topic.created_at_ms is cleared (topic_made_at's
+ * refusals otherwise); 0 also when the mark was cleared already (its
+ * member fenced meanwhile, or a copy sent again). */
 static int topic_ready(tn_meta_state_t *s, const tn_meta_cmd_t *c)
 {
-    bool found;
-    size_t i = tn__meta_search((void *const *)s->topics, s->ntopics, c->topic.name, TOPIC_NAME_OFF,
-                               &found);
-    if (!found)
-        return TN_ENOTFOUND;
-    if (s->topics[i]->rec.created_at_ms != c->topic.created_at_ms)
-        return TN_ECHANGED;
-    s->topics[i]->rec.creating = 0;
+    int rc = topic_made_at(s, &c->topic);
+    if (rc != 0)
+        return rc;
+    tn_meta_topic_entry_t *e = (tn_meta_topic_entry_t *)tn_meta_topic_find(s, c->topic.name);
+    e->rec.creating = 0;
     return 0;
 }
 
@@ -1496,7 +1503,8 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     case TN_MC_TOPIC_READY:
         return topic_ready(s, c);
     case TN_MC_TOPIC_DELETE: {
-        int rc = topic_delete(s, c->topic.name);
+        int rc = c->if_created ? topic_made_at(s, &c->topic) : 0;
+        rc = rc != 0 ? rc : topic_delete(s, c->topic.name);
         if (rc == 0) /* its remote children go with it */
             tn__meta_rchild_drop_parent(&s->remotes, c->topic.name);
         return rc;

@@ -59,7 +59,11 @@
  * acknowledged on a marked topic (every produce path holds publishes to
  * it: cluster/router.h), so the topic is simply ready, as one whose
  * creator crashed after its 201 would be. The snapshot writes the mark
- * in the topic's record.
+ * in the topic's record. A creator whose part failed takes its record
+ * back with a TOPIC_DELETE naming the record's created_at_ms (if_created):
+ * the record made again under the name since (deleted and made again by
+ * another client, through any node, after the creator looked at its
+ * replica) is refused as TN_ECHANGED and stays.
  *
  * Removed members (MEMBER_REMOVE, DELETE /v1/cluster/members/{id}): a
  * member that holds no partition (no replica of a replicated one, no

@@ -19,7 +19,10 @@ into the topic the /pub recorded anew, never an OK for a message that
 goes.
 
 And a creation that succeeds clears its mark before its 201: a produce
-through another node right after it is taken at once.
+through another node right after it is taken at once. A take-back that
+reaches the metastore after the name was deleted and made again through
+another node leaves the topic made again (its TOPIC_DELETE names the
+record's creation time).
 
 Run: python3 tests/cluster/test_create_mark.py --ternd build/ternd-test
 """
@@ -34,6 +37,10 @@ from harness import wait_until  # noqa: E402
 
 OCTET = {"Content-Type": "application/octet-stream"}
 FAIL_AFTER_MS = 3000
+# How late a take-back reaches the metastore in
+# test_a_take_back_leaves_the_topic_made_again_meanwhile: room for a
+# delete, a create and a produce through the other nodes before it.
+TAKE_BACK_DELAY_MS = 10000
 
 
 def in_thread(fn):
@@ -233,6 +240,71 @@ class CreateMark(harness.ClusterTest):
         wait_until("lost's default channel", lambda: "default" in [
             ch["name"] if isinstance(ch, dict) else ch
             for ch in (n2.request("GET", "/v1/topics/lost")[1] or {}).get("channels", [])], 10)
+        self.stop_all(c)
+
+    def test_a_take_back_leaves_the_topic_made_again_meanwhile(self):
+        """Node 1's creation of "redo" fails after its record (UV_EIO, at
+        once), and node 1 checks that the record is still its creation's
+        and proposes the take-back, which reaches the metastore late
+        (TERN_TEST_V1_TAKE_BACK_DELAY, as a slow way to the leader would).
+        Meanwhile another client deletes "redo" through node 2, makes it
+        again there (or finds it made again) and publishes to it through
+        node 3 (202). Before the
+        take-back named the record's creation time, its TOPIC_DELETE
+        deleted that new topic and its acknowledged message; now the
+        metastore refuses it (the record was made at another time) and the
+        new topic stays, its message with it."""
+        c = self.three(TERN_TEST_V1_CREATE_FAIL="redo=0",
+                       TERN_TEST_V1_TAKE_BACK_DELAY=f"redo={TAKE_BACK_DELAY_MS}")
+        n1, n2, n3 = c.nodes
+        create = in_thread(lambda: n1.request(
+            "POST", "/v1/topics", {"name": "redo", "partitions": 3}, timeout=60))
+        # The failure is logged right before the check and the delayed
+        # proposal, in the same turn of node 1's loop.
+        wait_until("node 1's creation of redo failed", lambda: "topic redo: creating it in the "
+                   "queue engine failed" in n1.log(), 10)
+        st, body = n2.request("GET", "/v1/topics/redo")
+        self.assertEqual(st, 200, body)
+        # created_at is in seconds: the one made again is told apart by
+        # its settings instead.
+        first = (body["partitions"], body["visibility_timeout_ms"])
+        st, body = n2.request("DELETE", "/v1/topics/redo", timeout=30)
+        self.assertEqual(st, 204, f"{body!r} (a 404: the take-back came first, so the hook's "
+                         f"delay of {TAKE_BACK_DELAY_MS} ms is too short here)")
+
+        # Made again through node 2 (201), or already by node 1's engine,
+        # whose own making of the first record went on through the NSQ
+        # doors' gate as the record went (a 409 for a record made at
+        # another time): either is a topic the take-back must leave.
+        def made_again():
+            st, body = n2.request("POST", "/v1/topics", {"name": "redo", "partitions": 2})
+            self.assertIn(st, (201, 409), body)
+            st, body = n2.request("GET", "/v1/topics/redo")
+            return st == 200 and (body["partitions"], body["visibility_timeout_ms"]) != first
+        wait_until("redo made again", made_again, 10)
+        # A partition whose owner is still making the topic answers 503:
+        # the produce tries until one is taken.
+        self.produce_accepted(n3, "redo")
+        self.assertFalse("result" in create, "node 1's creation answered before the produce was "
+                         "taken: the hook's delay is too short here")
+
+        create["thread"].join(60)
+        cst, cbody = create["result"]
+        sys.stderr.write(f"[create_mark] redo: node 1's create {cst} {cbody!r}\n")
+        self.assertEqual(cst, 500, cbody)
+        self.assertIn("create failed", cbody["error"], cbody)
+
+        def kept():
+            counts = [self.messages(node, "redo") for node in c.nodes]
+            return counts if all(n is not None and n >= 1 for n in counts) else None
+        try:
+            wait_until("redo and its message kept on every node", kept, 15)
+        except AssertionError:
+            self.fail("the take-back deleted the topic made again, and its acknowledged "
+                      "message: now "
+                      f"{[(n.request('GET', '/v1/topics/redo')[0], self.messages(n, 'redo')) for n in c.nodes]}")
+        self.assertIn("topic redo: the record of its refused creation was deleted and made again "
+                      "meanwhile", n1.log())
         self.stop_all(c)
 
 

@@ -539,6 +539,22 @@ def chan_put(topic, channel, stamp=None, if_absent=0):
     return meta_cmd(3, p)
 
 
+def take_back_seeds(here):
+    """A /v1 creation's take-back (fuzz target meta_cmd): TOPIC_DELETE with
+    the record's creation time (applied), with another one (refused, the
+    record stays), with none (an older build's, unconditional), and with
+    the stamp cut short or too long (refused)."""
+    mc = os.path.join(here, "meta_cmd", "corpus")
+    made_at = struct.unpack_from("<q", TOPIC_ORDERS, 8 + 1 + 2 + 6 + 4 + 4 * 8 + 2 + 8 + 4)[0]
+    name = mstr(b"orders")
+    write(mc, "seed-take-back", TOPIC_ORDERS + meta_cmd(2, name + struct.pack("<q", made_at)))
+    write(mc, "seed-take-back-stale", TOPIC_ORDERS +
+          meta_cmd(2, name + struct.pack("<q", made_at - 1)) + meta_cmd(2, name))
+    write(mc, "seed-take-back-cut", TOPIC_ORDERS + meta_cmd(2, name + b"\x01\x02\x03"))
+    write(mc, "seed-take-back-long", TOPIC_ORDERS +
+          meta_cmd(2, name + struct.pack("<qB", made_at, 0)))
+
+
 def chan_stamp_seeds(here):
     """Channel stamps in the metastore (fuzz target meta_cmd): put with and
     without one, again with another (the record keeps its first), deleted
@@ -732,6 +748,7 @@ def main():
     rchild_seeds(here)
     move_mark_seeds(here)
     chan_stamp_seeds(here)
+    take_back_seeds(here)
     record_file_seeds(here)
     backup_manifest_seeds(here)
 

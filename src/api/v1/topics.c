@@ -415,8 +415,10 @@ typedef struct tn__v1_op_s {
     int64_t lost_until_ms;
     struct tn__v1_op_s *next;
 #ifdef TN_TEST
-    uv_timer_t *hook; /* TERN_TEST_V1_CREATE_FAIL's delay (test_fail_after) */
-    int failed;       /* TERN_TEST_V1_FINISH_FAIL's failures so far (test_finish_fails) */
+    /* TERN_TEST_V1_CREATE_FAIL's delay (test_fail_after), then
+     * TERN_TEST_V1_TAKE_BACK_DELAY's (test_delay_take_back) */
+    uv_timer_t *hook;
+    int failed; /* TERN_TEST_V1_FINISH_FAIL's failures so far (test_finish_fails) */
 #endif
 } op_t;
 
@@ -498,6 +500,7 @@ static bool op_start(tn_v1_t *v, tn_http_request_t *r, const tn_meta_cmd_t *c, t
 
 static void create_step(op_t *op);
 static bool test_finish_fails(op_t *op);
+static bool test_delay_take_back(op_t *op);
 static void finish_later(op_t *op);
 
 /* The answer when TOPIC_READY was not committed (finish_later). */
@@ -619,24 +622,36 @@ static void create_refused(op_t *op, undo_end_t how)
     finish_later(op);
 }
 
-/* Propose the take-back of op's record (its TOPIC_DELETE):
- * on_delete_recorded. */
-static void take_back(op_t *op)
+/* Take op's record back (its checks made: create_failed, finish_step):
+ * creations of the name through the gate wait, and its TOPIC_DELETE is
+ * proposed (on_delete_recorded). The delete names the record's creation time
+ * (if_created): the check that the record is still this creation's was
+ * made on this node's replica, and by the time the delete commits the
+ * name may have been deleted and made again through another node, a
+ * topic the take-back must leave alone (TN_ECHANGED then). */
+static void take_back_now(op_t *op)
 {
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_TOPIC_DELETE;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", op->topic);
-    c.topic.created_at_ms = op->created_at_ms; /* not encoded: the purge's */
     op->undo = true;
     /* Until the deletion is committed, a creation of the name through the
      * gate (an NSQ PUB) waits rather than pass on this record. */
     tn_catalog_hold_creations(op->v->catalog, op->topic, op->created_at_ms, true);
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_DELETE;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", op->topic);
+    c.topic.created_at_ms = op->created_at_ms;
+    c.if_created = true;
     op->mreq.data = op;
     if (test_finish_fails(op))
         on_delete_recorded(&op->mreq, UV_ETIMEDOUT);
     else if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_delete_recorded) != 0)
         on_delete_recorded(&op->mreq, UV_ECANCELED);
+}
+
+static void take_back(op_t *op)
+{
+    if (!test_delay_take_back(op))
+        take_back_now(op);
 }
 
 /* The engine could not make op's topic or its channel (rc). The answer
@@ -869,10 +884,11 @@ static void create_step(op_t *op)
  * topic whose name starts with PREFIX fails (UV_EIO) MS ms after its
  * record is committed, without making anything in the engine, as one
  * that ran out of descriptors or disk there would: the window in which
- * other nodes see the record while it is about to be taken back. */
-static int64_t test_fail_after(const char *topic)
+ * other nodes see the record while it is about to be taken back.
+ * test_fail_after reads such a PREFIX=MS from var: MS for topic, else -1. */
+static int64_t test_fail_after(const char *var, const char *topic)
 {
-    const char *spec = getenv("TERN_TEST_V1_CREATE_FAIL");
+    const char *spec = getenv(var);
     const char *eq = spec != NULL ? strchr(spec, '=') : NULL;
     if (eq == NULL || strncmp(topic, spec, (size_t)(eq - spec)) != 0)
         return -1;
@@ -892,11 +908,10 @@ static void on_hook_fired(uv_timer_t *t)
     create_failed(op, UV_EIO);
 }
 
-/* Whether the hook took op's creation over (it fails later). */
-static bool test_hook(op_t *op)
+/* Start op->hook: cb in ms ms (ms < 0: not). Whether it started. */
+static bool hook_start(op_t *op, int64_t ms, uv_timer_cb cb)
 {
-    int64_t ms = test_fail_after(op->topic);
-    if (ms < 0)
+    if (ms < 0 || op->hook != NULL)
         return false;
     op->hook = tn_malloc(sizeof(*op->hook));
     if (op->hook == NULL || uv_timer_init(op->v->loop, op->hook) != 0) {
@@ -905,8 +920,36 @@ static bool test_hook(op_t *op)
         return false;
     }
     op->hook->data = op;
-    uv_timer_start(op->hook, on_hook_fired, (uint64_t)ms, 0);
+    uv_timer_start(op->hook, cb, (uint64_t)ms, 0);
     return true;
+}
+
+/* Whether the hook took op's creation over (it fails later). */
+static bool test_hook(op_t *op)
+{
+    return hook_start(op, test_fail_after("TERN_TEST_V1_CREATE_FAIL", op->topic), on_hook_fired);
+}
+
+static void on_take_back_due(uv_timer_t *t)
+{
+    op_t *op = t->data;
+    uv_close((uv_handle_t *)t, on_hook_closed);
+    op->hook = NULL;
+    take_back_now(op);
+}
+
+/* TERN_TEST_V1_TAKE_BACK_DELAY=PREFIX=MS (ternd-test): the take-back of
+ * a /v1 creation of a topic whose name starts with PREFIX (its hold on
+ * the gate and its TOPIC_DELETE) starts MS ms after the check that its
+ * record is still this creation's, as one whose way to the metastore
+ * leader was slow would reach it: the window in which another client
+ * deletes the name and makes it again through another node (the hold
+ * comes late too, so that this node's engine follows those records
+ * meanwhile). Whether the hook took the take-back over. */
+static bool test_delay_take_back(op_t *op)
+{
+    return hook_start(op, test_fail_after("TERN_TEST_V1_TAKE_BACK_DELAY", op->topic),
+                      on_take_back_due);
 }
 
 /* TERN_TEST_V1_FINISH_FAIL=PREFIX[=N] (ternd-test): the first N (1 when
@@ -948,6 +991,12 @@ static bool test_hook(op_t *op)
 }
 
 static bool test_finish_fails(op_t *op)
+{
+    (void)op;
+    return false;
+}
+
+static bool test_delay_take_back(op_t *op)
 {
     (void)op;
     return false;
@@ -1487,6 +1536,18 @@ static void on_delete_recorded(tn_meta_req_t *req, int status)
     op_t *op = req->data;
     if (op->undo) /* the record is gone, or stays: creations go on */
         tn_catalog_hold_creations(op->v->catalog, op->topic, op->created_at_ms, false);
+    if (op->undo && status == TN_ECHANGED) {
+        /* Deleted and made again meanwhile (by another client, through
+         * any node): not this creation's record any longer, and the one
+         * made again stays. What this creation left went with the
+         * deletion's purge, or goes as the catalog follows the records. */
+        TN_LOG(TN_LOG_NOTICE,
+               "topic %s: the record of its refused creation was deleted and made again "
+               "meanwhile: nothing to take back, the topic made again stays",
+               op->topic);
+        create_refused(op, UNDO_DONE);
+        return;
+    }
     if (op->undo && (status != 0 || op->v->closing)) {
         if (status != 0 && status != TN_ENOTFOUND && op->finishing) {
             op->proposing = false;

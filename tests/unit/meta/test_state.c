@@ -6,7 +6,9 @@
  * and snapshots keeping both; channels' stamps (CHANNEL_PUT with and
  * without one, kept beside the names and in snapshots); /v1 creation
  * marks (TOPIC_PUT's mark, TOPIC_READY's compare-and-set, the mark
- * cleared when its member is fenced, kept in snapshots). */
+ * cleared when its member is fenced, kept in snapshots), and the
+ * take-back's conditional TOPIC_DELETE (only the record made at its
+ * stamp). */
 #include "core/platform.h"
 
 #include "fixture_meta.h"
@@ -540,6 +542,84 @@ static void test_creation_mark_fenced(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* --- a /v1 creation's take-back (cmd.h tn_meta_cmd_t.if_created) ------------------ */
+
+static tn_meta_cmd_t delete_of(const char *name, bool if_created, int64_t at)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_DELETE;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
+    c.if_created = if_created;
+    c.topic.created_at_ms = at;
+    return c;
+}
+
+static void test_take_back_codec(void **state)
+{
+    (void)state;
+    tn_meta_cmd_t c = delete_of("t", true, 1000), d;
+    roundtrip(&c, &d);
+    assert_int_equal(d.type, TN_MC_TOPIC_DELETE);
+    assert_true(d.if_created);
+    assert_true(d.topic.created_at_ms == 1000);
+    /* A plain delete: the older encoding, 8 bytes shorter, unconditional
+     * (its created_at_ms, the purge's, is not written). */
+    tn_buf_t with, without;
+    tn_buf_init(&with);
+    tn_buf_init(&without);
+    assert_int_equal(tn_meta_cmd_encode(&c, &with), 0);
+    c = delete_of("t", false, 1000);
+    assert_int_equal(tn_meta_cmd_encode(&c, &without), 0);
+    uint32_t pw = tn_get_u32((const unsigned char *)tn_buf_data(&with) + 4);
+    uint32_t po = tn_get_u32((const unsigned char *)tn_buf_data(&without) + 4);
+    assert_int_equal(pw, po + 8);
+    roundtrip(&c, &d);
+    assert_false(d.if_created);
+    assert_true(d.topic.created_at_ms == 0);
+    /* A stamp cut short is damage. */
+    unsigned char cut[TN_META_HDR + 8];
+    memset(cut, 0, sizeof(cut));
+    memcpy(cut, tn_buf_data(&without), TN_META_HDR + po);
+    tn_put_u32(cut + 4, po + 3);
+    cut[TN_META_HDR + po] = 0xe8;
+    size_t used;
+    assert_int_equal(tn_meta_cmd_decode(cut, sizeof(cut), &d, &used), TN_ECORRUPT);
+    tn_buf_fini(&with);
+    tn_buf_fini(&without);
+}
+
+static void test_take_back_conditional(void **state)
+{
+    (void)state;
+    /* Member 7's creation, deleted by a user and made again by 8's
+     * before 7's take-back lands: the take-back is refused, and the
+     * record made again stays as it was. */
+    const tn_meta_cmd_t before[] = {
+        tu_meta_rec_cmd(7, 0, 0), tu_meta_rec_cmd(8, 0, 0),   marked_topic("t", 7, 1000),
+        delete_of("t", false, 0), marked_topic("t", 8, 2000), tu_meta_ready_cmd("t", 2000),
+    };
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    for (size_t i = 0; i < sizeof(before) / sizeof(before[0]); i++)
+        assert_int_equal(tn_meta_state_apply(&s, &before[i]), 0);
+    assert_int_equal(apply(&s, delete_of("t", true, 1000)), TN_ECHANGED);
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(&s, "t");
+    assert_non_null(e);
+    assert_true(e->rec.created_at_ms == 2000);
+    assert_true(e->rec.creating == 0);
+    assert_int_equal(e->rec.partitions, 2);
+    /* The record it was made for goes. */
+    assert_int_equal(apply(&s, marked_topic("u", 7, 3000)), 0);
+    assert_int_equal(apply(&s, delete_of("u", true, 3000)), 0);
+    assert_null(tn_meta_topic_find(&s, "u"));
+    assert_int_equal(apply(&s, delete_of("u", true, 3000)), TN_ENOTFOUND);
+    /* A plain delete stays unconditional. */
+    assert_int_equal(apply(&s, delete_of("t", false, 1000)), 0);
+    assert_null(tn_meta_topic_find(&s, "t"));
+    tn_meta_state_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -551,6 +631,8 @@ int main(void)
         cmocka_unit_test(test_creation_mark_codec),
         cmocka_unit_test(test_creation_mark_ready),
         cmocka_unit_test(test_creation_mark_fenced),
+        cmocka_unit_test(test_take_back_codec),
+        cmocka_unit_test(test_take_back_conditional),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
