@@ -17,6 +17,17 @@ const char *tn_access_owner(const tn_meta_t *meta, const char *topic)
     return owner != NULL ? owner : tn_access_parent_owner(meta, topic);
 }
 
+bool tn_access_unknown(tn_meta_t *meta, const char *topic, char *why, size_t len)
+{
+    if (meta == NULL || tn_meta_ready(meta))
+        return false;
+    snprintf(why, len,
+             "this node cannot tell yet whether topic \"%s\" is protected: its metastore "
+             "replica has not caught up since the start; retry",
+             topic);
+    return true;
+}
+
 const char *tn_access_parent_owner(const tn_meta_t *meta, const char *name)
 {
     char parent[TN_NAME_MAX + 1];

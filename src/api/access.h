@@ -17,6 +17,10 @@
  * whose rules the metastore applies again to a dead-letter name's create
  * and to an owner change, on its own state).
  *
+ * A replica that has not caught up since the start cannot tell an open
+ * topic from one given an owner after its last snapshot: until then the
+ * open doors treat no topic as open (tn_access_unknown).
+ *
  * Threads: the loop thread that owns the metastore. */
 #ifndef TN_API_ACCESS_H
 #define TN_API_ACCESS_H
@@ -57,5 +61,16 @@ static inline bool tn_access_protected(const tn_meta_t *meta, const char *topic)
 {
     return tn_access_owner(meta, topic) != NULL;
 }
+
+/* Whether the local replica cannot tell yet whether topic is protected:
+ * it has not been ready since the start (meta.h tn_meta_ready). Until
+ * then it holds its last snapshot (the entries after it are applied only
+ * once a leader tells the commit index; restored with --rejoin, nothing),
+ * so a topic given an owner since looks unowned (and one whose owner was
+ * taken back since looks owned). The open doors then hold topic's
+ * anonymous commands a few seconds for it, and refuse them retryably if
+ * it still cannot tell, whatever tn_access_protected says; why gets the
+ * sentence they answer with. NULL meta: it can always tell. */
+bool tn_access_unknown(tn_meta_t *meta, const char *topic, char *why, size_t len);
 
 #endif

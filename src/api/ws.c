@@ -317,6 +317,22 @@ static int close_code_for(const char *code)
     return CLOSE_POLICY;
 }
 
+/* head, then `<code>","detail":"<detail>"}`, both escaped, into b: an
+ * error's JSON (head opens it up to the code's quote). */
+static int error_json(tn_buf_t *b, const char *head, const char *code, const char *detail)
+{
+    int rc = tn_buf_append(b, head, strlen(head));
+    if (rc == 0)
+        rc = tn_buf_json_escape(b, code);
+    if (rc == 0)
+        rc = tn_buf_append(b, "\",\"detail\":\"", 12);
+    if (rc == 0)
+        rc = tn_buf_json_escape(b, detail);
+    if (rc == 0)
+        rc = tn_buf_append(b, "\"}", 2);
+    return rc;
+}
+
 /* A terminal error: the error control frame, a Close frame with the code
  * as its reason, then the connection closes once they are written. */
 static void session_fail(session_t *s, const char *code, const char *detail)
@@ -331,15 +347,7 @@ static void session_fail(session_t *s, const char *code, const char *detail)
         return;
     tn_buf_t b;
     tn_buf_init(&b);
-    int rc = tn_buf_append(&b, "{\"type\":\"error\",\"code\":\"", 24);
-    if (rc == 0)
-        rc = tn_buf_json_escape(&b, code);
-    if (rc == 0)
-        rc = tn_buf_append(&b, "\",\"detail\":\"", 12);
-    if (rc == 0)
-        rc = tn_buf_json_escape(&b, detail);
-    if (rc == 0)
-        rc = tn_buf_append(&b, "\"}", 2);
+    int rc = error_json(&b, "{\"type\":\"error\",\"code\":\"", code, detail);
     s->refs++;
     if (rc == 0) {
         /* Out before the Close is queued: wslay sends control frames
@@ -965,9 +973,16 @@ static const tn_http_upgrade_ops_t upgrade_ops = {on_data, on_drain, on_conn_clo
 static void answer(tn_http_request_t *r, int status, const char *code, const char *detail,
                    const char *headers)
 {
-    char body[512];
-    int n = snprintf(body, sizeof(body), "{\"message\":\"%s\",\"detail\":\"%s\"}", code, detail);
-    tn_http_respond(r, status, ERR_JSON, headers, body, (size_t)n);
+    /* detail may name the topic (up to 255 bytes, quoted): escaped, and
+     * never cut. */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int rc = error_json(&b, "{\"message\":\"", code, detail);
+    if (rc == 0)
+        tn_http_respond(r, status, ERR_JSON, headers, tn_buf_data(&b), tn_buf_size(&b));
+    else
+        tn_http_respond(r, status, NULL, headers, NULL, 0); /* out of memory: the status alone */
+    tn_buf_fini(&b);
 }
 
 /* Whether a comma-separated header value holds token (case-insensitive). */
@@ -1167,6 +1182,12 @@ static void handle_ws(tn_http_request_t *r, void *arg)
     if (t->ttl_ms <= 0) {
         ws->st.ttl_rejections++;
         answer(r, 409, "E_WS_TTL_REQUIRED", "the live feed serves ttl_discard topics only", NULL);
+        return;
+    }
+    char why[640];
+    if (ws->o.auth == NULL && ws->o.protection_unknown != NULL &&
+        ws->o.protection_unknown(ws->o.protected_arg, topic, why, sizeof(why))) {
+        answer(r, 503, "E_NOT_READY", why, "Retry-After: 1\r\n");
         return;
     }
     if (ws->o.auth == NULL && ws->o.is_protected != NULL &&

@@ -61,6 +61,11 @@ typedef struct {
     /* Without AUTH: whether a topic is closed to the open feed (owned
      * through /v1; api/access.h). NULL: every topic is open. */
     bool (*is_protected)(void *arg, const char *topic);
+    /* Without AUTH: whether is_protected cannot judge topic yet
+     * (api/access.h tn_access_unknown); text then gets the sentence, and
+     * a new feed is refused 503 E_NOT_READY with it (Retry-After: 1).
+     * NULL: it always can. Called with protected_arg. */
+    bool (*protection_unknown)(void *arg, const char *topic, char *text, size_t len);
     void *protected_arg;
     /* A counter that moves whenever is_protected's answer may change
      * (meta.h tn_meta_access_gen; borrowed for the feed's lifetime, read

@@ -183,6 +183,14 @@ static bool nsq_protected(void *arg, const char *topic)
     return d->security && tn_access_protected(d->meta, topic);
 }
 
+/* The open doors' question before is_protected's: can the local replica
+ * judge topic yet (api/access.h)? */
+static bool nsq_protection_unknown(void *arg, const char *topic, char *text, size_t len)
+{
+    daemon_t *d = arg;
+    return d->security && tn_access_unknown(d->meta, topic, text, len);
+}
+
 /* With tern's users serving NSQ AUTH: the dead-letter topics of another's
  * topic are closed to identity's publishes (api/access.h). */
 static bool nsq_pub_refused(void *arg, const char *topic, const char *identity, char *text,
@@ -1249,6 +1257,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     d->broker->dlq_refused = dlq_refused;
     d->broker->dlq_refused_arg = d;
     nopts.is_protected = nsq_protected;
+    nopts.protection_unknown = nsq_protection_unknown;
     nopts.protected_arg = d;
     nopts.protected_gen = tn_meta_access_gen(d->meta); /* drained after the doors close */
     if (cfg->nsq_auth == TN_NSQ_AUTH_USERS)
@@ -1392,6 +1401,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         wopts->ready = &d->api.ready;
         wopts->drain = d->drain;
         wopts->is_protected = nsq_protected;
+        wopts->protection_unknown = nsq_protection_unknown;
         wopts->protected_arg = d;
         wopts->protected_gen = tn_meta_access_gen(d->meta);
         if ((rc = tn_ws_new(loop, wopts, &d->ws)) == 0)

@@ -390,10 +390,114 @@ static bool may(tn_nsq_http_t *api, const tn_http_request_t *r, const char *topi
     return false;
 }
 
+/* The open doors' answer while the replica cannot judge whether topic is
+ * protected (api/access.h tn_access_unknown, why its sentence): nsqd's
+ * NOT_READY, as for credentials not judged yet, and tern's words. */
+static void answer_unjudged(tn_http_request_t *r, const char *why)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int rc = tn_buf_append(&b, "{\"message\":\"NOT_READY\",\"error\":\"", 32);
+    if (rc == 0)
+        rc = tn_buf_json_escape(&b, why);
+    if (rc == 0)
+        rc = tn_buf_append(&b, "\"}", 2);
+    if (rc == 0)
+        tn_http_respond(r, 503, "application/json; charset=utf-8", V1_HEADER "Retry-After: 1\r\n",
+                        tn_buf_data(&b), tn_buf_size(&b));
+    else
+        answer_error(r, 503, "NOT_READY");
+    tn_buf_fini(&b);
+}
+
+/* How long a request that authorize() would judge waits for this node's
+ * replica to be able to (tn_access_unknown) before it is judged anyway
+ * (503 NOT_READY), as the router's start hold (cluster/hold.h); how often
+ * it looks again meanwhile. A lone node's replica catches up within
+ * milliseconds of its start; a node whose cluster is down does not. */
+#define JUDGE_WAIT_MS 5000
+#define JUDGE_POLL_MS 20
+
+/* A request waiting for this node's replica to be able to judge whether
+ * its topic is protected (judge_later). */
+typedef struct {
+    uv_timer_t timer;
+    tn_http_request_t *r; /* NULL once the client left */
+    tn_nsq_http_t *api;
+    tn_http_handler_cb handler;
+    uint64_t until; /* uv_now */
+} judge_wait_t;
+
+static void on_judge_closed(uv_handle_t *h)
+{
+    tn_free(h->data);
+}
+
+static void on_judge_cancel(tn_http_request_t *r)
+{
+    judge_wait_t *w = r->data;
+    w->r = NULL; /* the poll frees it */
+}
+
+static void on_judge_poll(uv_timer_t *t)
+{
+    judge_wait_t *w = t->data;
+    tn_http_request_t *r = w->r;
+    if (r != NULL && !tn_meta_ready(w->api->meta) && uv_now(t->loop) < w->until)
+        return;
+    uv_timer_stop(t);
+    uv_close((uv_handle_t *)t, on_judge_closed);
+    if (r == NULL)
+        return;
+    r->on_cancel = NULL;
+    r->data = NULL;
+    w->api->judged = r; /* judge_later lets it through now */
+    w->handler(r, w->api);
+    w->api->judged = NULL;
+}
+
+/* Whether r (for handler, a route that authorize() judges) waits, before
+ * anything else, for the open doors to be able to judge its topic: with
+ * security on, while this node's replica has not caught up since the
+ * start (tn_access_unknown). Then handler(r, api) runs again once it has,
+ * or after JUDGE_WAIT_MS (authorize then answers 503), or never if the
+ * client leaves first. */
+static bool judge_later(tn_http_request_t *r, tn_nsq_http_t *api, tn_http_handler_cb handler)
+{
+    if (api->judged == r || api->v1 == NULL || !api->v1->o.security || api->protect_all ||
+        api->meta == NULL || tn_meta_ready(api->meta))
+        return false;
+    judge_wait_t *w = tn_calloc(1, sizeof(*w));
+    if (w == NULL || uv_timer_init(api->v1->loop, &w->timer) != 0) {
+        tn_free(w);
+        return false; /* judged at once: authorize answers 503 */
+    }
+    w->timer.data = w;
+    w->r = r;
+    w->api = api;
+    w->handler = handler;
+    w->until = uv_now(api->v1->loop) + JUDGE_WAIT_MS;
+    r->data = w;
+    r->on_cancel = on_judge_cancel;
+    uv_timer_start(&w->timer, on_judge_poll, JUDGE_POLL_MS, JUDGE_POLL_MS);
+    return true;
+}
+
 /* For a guarded topic, whether r may go on; false after answering 401
- * (no credentials came) or 403 (they do not cover it). */
+ * (no credentials came) or 403 (they do not cover it). Open doors whose
+ * replica cannot judge topic yet guard every topic, answering 503 where
+ * they would refuse (it may have an owner, or be open, or have lost its
+ * owner since the replica's snapshot). */
 static bool authorize(tn_http_request_t *r, tn_nsq_http_t *api, const char *topic, need_t need)
 {
+    char why[TN_NAME_MAX + 160];
+    if (api->v1 != NULL && api->v1->o.security && !api->protect_all &&
+        tn_access_unknown(api->meta, topic, why, sizeof(why))) {
+        if (r->principal[0] != '\0' && may(api, r, topic, need))
+            return true; /* an admin, or a grant that covers it whoever owns it */
+        answer_unjudged(r, why);
+        return false;
+    }
     if (!guarded(api, topic))
         return true;
     if (r->principal[0] == '\0') {
@@ -1378,7 +1482,8 @@ static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_
 #define MGMT_HANDLER(fn, op, chan)                                                                 \
     static void fn(tn_http_request_t *r, void *arg)                                                \
     {                                                                                              \
-        mgmt(r, arg, op, chan);                                                                    \
+        if (!judge_later(r, arg, fn))                                                              \
+            mgmt(r, arg, op, chan);                                                                \
     }
 MGMT_HANDLER(on_topic_create, OP_CREATE, false)
 MGMT_HANDLER(on_topic_empty, OP_EMPTY, false)
@@ -1492,6 +1597,8 @@ static void publish(tn_http_request_t *r, tn_nsq_http_t *api, hpub_t *h, const c
 static void on_pub(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
+    if (judge_later(r, api, on_pub))
+        return;
     char topic[256];
     int64_t deliver_at;
     /* nsqd looks at the body before the query: an empty body is
@@ -1616,6 +1723,8 @@ static uint32_t split_mpub(tn_http_request_t *r, tn_nsq_http_t *api, bool binary
 static void on_mpub(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
+    if (judge_later(r, api, on_mpub))
+        return;
     char topic[256];
     int64_t deliver_at;
     if (!pub_args(r, api, topic, sizeof(topic), &deliver_at))

@@ -42,6 +42,9 @@ typedef struct {
      * (api/access.h); NULL: nothing is protected. */
     struct tn_v1_s *v1;
     bool protect_all; /* NSQ AUTH by tern's users: every topic needs credentials here */
+    /* Private: the request a wait for the replica's judgement runs again
+     * (http.c judge_later). */
+    tn_http_request_t *judged;
     /* The node's drain (api/drain.h; NULL: none): while it runs /readyz
      * answers 503 {"status":"draining"} and /pub, /mpub 503 E_DRAINING. */
     struct tn_drain_s *drain;

@@ -25,6 +25,11 @@
 #define MAX_UNSENT       (8 * 1024 * 1024) /* output bytes before reading pauses */
 #define DELIVERY_HOLD    (256 * 1024) /* output waiting for the socket before deliveries pause */
 #define READ_CHUNK       (64 * 1024)
+/* How long a command waits for the open door to be able to judge its
+ * topic (unjudged_refused) before it is refused, as the router's start
+ * hold (cluster/hold.h); how often it looks again meanwhile. */
+#define JUDGE_WAIT_MS 5000
+#define JUDGE_POLL_MS 20
 
 typedef enum { ST_MAGIC = 0, ST_ACTIVE, ST_CLOSED } conn_state_t;
 
@@ -74,6 +79,10 @@ struct conn_s { // NOLINT(clang-analyzer-optin.performance.Padding)
     bool held;    /* deliveries paused while its output waits (DELIVERY_HOLD) */
     bool cls;     /* CLS received: no more deliveries */
     bool blocked; /* waiting for a topic or channel to be created */
+    /* Waiting since (mono ms) for the door to judge the next command's
+     * topic (unjudged_refused), on_hb looking again every JUDGE_POLL_MS;
+     * 0: not waiting. */
+    int64_t judge_since;
     tn_waiter_t wait;
     char sub_topic[256];
     char sub_channel[256];
@@ -984,6 +993,15 @@ static bool open_refused(const conn_t *c, const char *name, const char *topic, c
     return true;
 }
 
+/* Without AUTH, before open_refused: whether is_protected cannot judge
+ * topic yet (protection_unknown); text then says so. */
+static bool open_unjudged(const conn_t *c, const char *topic, char *text, size_t len)
+{
+    const tn_nsq_opts_t *o = &c->srv->opts;
+    return c->srv->auth == NULL && o->protection_unknown != NULL &&
+           o->protection_unknown(o->protected_arg, topic, text, len);
+}
+
 /* --- a subscription's right, checked again ------------------------------------------ */
 
 /* Without AUTH: whether c's subscribed topic is protected now, asked of
@@ -1138,6 +1156,40 @@ static int auth_gate(conn_t *c, const tn_nsq_cmd_t *cmd)
     return 0;
 }
 
+/* Without AUTH, while the open door cannot judge the topic of a SUB,
+ * PUB, MPUB or DPUB (open_unjudged): the command waits, unread, up to
+ * JUDGE_WAIT_MS (a lone node's replica catches up within milliseconds of
+ * its start; a node whose cluster is down does not), then is refused,
+ * its error out, the connection kept (the client retries, as after a
+ * drain's refusal). 1 refused; -1 waiting (on_hb looks again; a
+ * publish's refusal also waits for the answers of the publishes before
+ * it, as answers leave in command order: on_published resumes); 0
+ * judged. Before auth_gate, which would find the topic open. */
+static int unjudged_refused(conn_t *c, const tn_nsq_cmd_t *cmd)
+{
+    char topic[TN_NSQ_NAME_MAX + 1];
+    char text[640];
+    copy_name(topic, sizeof(topic), cmd->topic);
+    if (!open_unjudged(c, topic, text, sizeof(text))) {
+        c->judge_since = 0;
+        return 0;
+    }
+    int64_t now = tn_now_mono_ms();
+    if (c->judge_since == 0) {
+        c->judge_since = now;
+        arm_hb(c);
+    }
+    if (now - c->judge_since < JUDGE_WAIT_MS || (cmd->op != TN_NSQ_SUB && c->phead != NULL))
+        return -1;
+    c->judge_since = 0;
+    tn_nsq_err_t e = cmd->op == TN_NSQ_SUB    ? TN_NSQ_E_SUB_FAILED
+                     : cmd->op == TN_NSQ_MPUB ? TN_NSQ_E_MPUB_FAILED
+                     : cmd->op == TN_NSQ_DPUB ? TN_NSQ_E_DPUB_FAILED
+                                              : TN_NSQ_E_PUB_FAILED;
+    send_error_as(c, e, text, false);
+    return 1;
+}
+
 /* Whether the command answers with a frame other than a publish answer
  * (these wait until earlier publishes have answered). */
 static bool answers(tn_nsq_op_t op)
@@ -1212,6 +1264,13 @@ static bool handle(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
     }
     if (cmd->op == TN_NSQ_SUB || cmd->op == TN_NSQ_PUB || cmd->op == TN_NSQ_MPUB ||
         cmd->op == TN_NSQ_DPUB) {
+        int u = unjudged_refused(c, cmd);
+        if (u < 0)
+            return false; /* not consumed: it runs again once judged, or refused */
+        if (u > 0) {
+            tn_buf_consume(&c->in, consumed);
+            return c->state != ST_CLOSED && !c->close_after_write;
+        }
         int g = auth_gate(c, cmd);
         if (g <= 0)
             return false; /* not consumed when waiting: it runs after the renewal */
@@ -1332,6 +1391,8 @@ static void parse_failed(conn_t *c, const tn_nsq_cmd_t *cmd)
         send_error(c, refused, text);
         return;
     }
+    /* A topic not judged yet (unjudged_refused) is not refused here: the
+     * parse error, fatal, goes out as on an open topic. */
     if (cmd->op == TN_NSQ_MPUB &&
         (cmd->err == TN_NSQ_E_BAD_BODY || cmd->err == TN_NSQ_E_BAD_MESSAGE) &&
         auth_gate(c, cmd) != 1)
@@ -1532,6 +1593,11 @@ static void on_hb(uv_timer_t *t)
         arm_hb(c);
         return;
     }
+    if (c->judge_since != 0) {
+        process(c); /* the command waiting for its topic to be judged */
+        if (c->state == ST_CLOSED || c->close_after_write)
+            return;
+    }
     if (c->subscribed && (c->recheck_due || needs_recheck(c))) {
         /* A delivery found its right to consume must be checked, or an
          * idle subscription's grants expired. */
@@ -1579,6 +1645,8 @@ static void arm_hb(conn_t *c)
         }
         if (c->cmd_started_ms != 0)
             at = TN_MIN(at, c->cmd_started_ms + c->srv->opts.command_timeout_ms);
+        if (c->judge_since != 0)
+            at = TN_MIN(at, now + JUDGE_POLL_MS);
     }
     int64_t delay = at > now ? at - now : 1;
     uv_timer_start(&c->hb, on_hb, (uint64_t)delay, 0);

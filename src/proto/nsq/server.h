@@ -82,6 +82,15 @@ typedef struct {
      * is not asked again before its deliveries while it holds. NULL:
      * asked before every delivery. */
     const uint64_t *protected_gen;
+    /* Without AUTH configured: whether is_protected cannot judge topic
+     * yet (api/access.h tn_access_unknown: the metastore replica has not
+     * caught up since the start); text then gets the sentence. PUB, MPUB,
+     * DPUB and SUB then wait, before is_protected is asked, up to 5 s for
+     * it to become false (asked every 20 ms), then are refused with
+     * E_PUB_FAILED, E_MPUB_FAILED, E_DPUB_FAILED or E_SUB_FAILED and that
+     * sentence, the connection kept (the client retries). NULL: it
+     * always can. Called with protected_arg. */
+    bool (*protection_unknown)(void *arg, const char *topic, char *text, size_t len);
     /* With auth_local (tern's users): whether the AUTH'ed identity may not
      * PUB, MPUB or DPUB to topic beyond its grants (a dead-letter topic
      * of another's topic, api/access.h); text gets the E_UNAUTHORIZED
