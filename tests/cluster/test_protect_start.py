@@ -204,6 +204,7 @@ class ProtectedAtStart(harness.ClusterTest):
                 self.assertIn(answer[:2], [(503, "1"), (401, None)], answer)
                 self.assertIn(b"NOT_READY" if answer[0] == 503 else b"AUTH_REQUIRED", answer[2])
         self.stop_all(c)
+        self.assertEqual([n.id for n in c.nodes if "runtime error" in n.log()], [])
 
     def info(self, n):
         """n's nsqd /info, None while it does not answer 200."""
