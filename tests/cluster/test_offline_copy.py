@@ -274,7 +274,12 @@ class OfflineCopyTest(ClusterTest):
         got = []
         try:
             conn.identify()
+            # With security on, a node that cannot judge yet whether the
+            # topic is protected holds the SUB up to 5 s, then refuses it
+            # (E_SUB_FAILED, connection kept): nothing is consumed.
+            conn.sock.settimeout(15)
             conn.sub(topic, channel)
+            conn.sock.settimeout(5)
             conn.rdy(rdy)
             try:
                 while True:
