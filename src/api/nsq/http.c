@@ -12,6 +12,7 @@
 #include "api/drain.h"
 #include "api/users.h"
 #include "api/v1/common.h"
+#include "cluster/hold.h"
 #include "cluster/replerr.h"
 #include "cluster/replica.h"
 #include "proto/http/json.h"
@@ -397,7 +398,8 @@ static void answer_unjudged(tn_http_request_t *r, const char *why)
 {
     tn_buf_t b;
     tn_buf_init(&b);
-    int rc = tn_buf_append(&b, "{\"message\":\"NOT_READY\",\"error\":\"", 32);
+    static const char head[] = "{\"message\":\"NOT_READY\",\"error\":\"";
+    int rc = tn_buf_append(&b, head, sizeof(head) - 1);
     if (rc == 0)
         rc = tn_buf_json_escape(&b, why);
     if (rc == 0)
@@ -415,8 +417,8 @@ static void answer_unjudged(tn_http_request_t *r, const char *why)
  * (503 NOT_READY), as the router's start hold (cluster/hold.h); how often
  * it looks again meanwhile. A lone node's replica catches up within
  * milliseconds of its start; a node whose cluster is down does not. */
-#define JUDGE_WAIT_MS 5000
-#define JUDGE_POLL_MS 20
+#define JUDGE_WAIT_MS TN_ROUTER_CREATE_HOLD_MS
+#define JUDGE_POLL_MS TN_HOLD_POLL_MS
 
 /* A request waiting for this node's replica to be able to judge whether
  * its topic is protected (judge_later). */

@@ -4,6 +4,7 @@
 #include "proto/nsq/server.h"
 
 #include "auth/nsqauth.h"
+#include "cluster/hold.h"
 #include "cluster/replerr.h"
 #include "core/alloc.h"
 #include "core/assert.h"
@@ -26,10 +27,10 @@
 #define DELIVERY_HOLD    (256 * 1024) /* output waiting for the socket before deliveries pause */
 #define READ_CHUNK       (64 * 1024)
 /* How long a command waits for the open door to be able to judge its
- * topic (unjudged_refused) before it is refused, as the router's start
- * hold (cluster/hold.h); how often it looks again meanwhile. */
-#define JUDGE_WAIT_MS 5000
-#define JUDGE_POLL_MS 20
+ * topic (unjudged_refused) before it is refused, and how often it looks
+ * again meanwhile: the router's start hold's (cluster/hold.h). */
+#define JUDGE_WAIT_MS TN_ROUTER_CREATE_HOLD_MS
+#define JUDGE_POLL_MS TN_HOLD_POLL_MS
 
 typedef enum { ST_MAGIC = 0, ST_ACTIVE, ST_CLOSED } conn_state_t;
 
