@@ -1028,15 +1028,18 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     return 0;
 }
 
-/* Whether t->name's record is the one made at t->created_at_ms: 0,
- * TN_ENOTFOUND when there is none (taken back, deleted), TN_ECHANGED when
- * it is another one made again under the name since. */
-static int topic_made_at(const tn_meta_state_t *s, const tn_meta_topic_t *t)
+/* t->name's record if it is the one made at t->created_at_ms; else NULL
+ * and *rc TN_ENOTFOUND when there is none (taken back, deleted),
+ * TN_ECHANGED when it is another one made again under the name since. */
+static tn_meta_topic_entry_t *topic_made_at(tn_meta_state_t *s, const tn_meta_topic_t *t, int *rc)
 {
-    const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, t->name);
-    if (e == NULL)
-        return TN_ENOTFOUND;
-    return e->rec.created_at_ms == t->created_at_ms ? 0 : TN_ECHANGED;
+    bool found;
+    size_t i =
+        tn__meta_search((void *const *)s->topics, s->ntopics, t->name, TOPIC_NAME_OFF, &found);
+    *rc = !found                                                ? TN_ENOTFOUND
+          : s->topics[i]->rec.created_at_ms != t->created_at_ms ? TN_ECHANGED
+                                                                : 0;
+    return *rc == 0 ? s->topics[i] : NULL;
 }
 
 /* A /v1 creation's part is made (cmd.h TOPIC_READY): the mark of the
@@ -1045,12 +1048,11 @@ static int topic_made_at(const tn_meta_state_t *s, const tn_meta_topic_t *t)
  * member fenced meanwhile, or a copy sent again). */
 static int topic_ready(tn_meta_state_t *s, const tn_meta_cmd_t *c)
 {
-    int rc = topic_made_at(s, &c->topic);
-    if (rc != 0)
-        return rc;
-    tn_meta_topic_entry_t *e = (tn_meta_topic_entry_t *)tn_meta_topic_find(s, c->topic.name);
-    e->rec.creating = 0;
-    return 0;
+    int rc;
+    tn_meta_topic_entry_t *e = topic_made_at(s, &c->topic, &rc);
+    if (e != NULL)
+        e->rec.creating = 0;
+    return rc;
 }
 
 /* Deleting a parent detaches its children in the same change: they stay,
@@ -1503,8 +1505,9 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     case TN_MC_TOPIC_READY:
         return topic_ready(s, c);
     case TN_MC_TOPIC_DELETE: {
-        int rc = c->if_created ? topic_made_at(s, &c->topic) : 0;
-        rc = rc != 0 ? rc : topic_delete(s, c->topic.name);
+        int rc = 0;
+        if (!c->if_created || topic_made_at(s, &c->topic, &rc) != NULL)
+            rc = topic_delete(s, c->topic.name);
         if (rc == 0) /* its remote children go with it */
             tn__meta_rchild_drop_parent(&s->remotes, c->topic.name);
         return rc;
