@@ -16,6 +16,17 @@ each topic reached its replica at least 350 ms after the create was
 sent. Then 3000 ms: the follower leaves readiness (503) while it is
 behind by more than 2 s, and comes back once it caught up.
 
+A destructive action sent to a follower that is behind (here: out of
+readiness, 3000 ms per append, so it knows it is) does not answer 503 at
+once: the follower confirms with the leader that it is current
+(api/v1/common.c, tn__v1_caught_up) and then serves it. A topic
+DELETE through it is 204, answered only once the topic created before it
+reached its replica; every node drops the topic. A user's DELETE
+through it, while it is behind again, is 204 too, and nsqd's
+/topic/delete 200. When the confirmation
+cannot come within the request's 10 s (11000 ms per append), the answer
+is 503 with Retry-After, and the topic stays.
+
 Run: python3 tests/cluster/test_ready_lag.py --ternd build/ternd-test
 """
 import os
@@ -109,6 +120,68 @@ class ReadyLag(harness.ClusterTest):
         # clock).
         left = next(t for t, s in poll.answers if s == 503)
         self.assertGreaterEqual(left - sent, 1.9, poll.answers)
+
+    def test_destructive_action_waits_for_a_lagging_replica(self):
+        c = self.make(3).start_with_files(TERN_TEST_META_APPEND_DELAY_FILE="append-delay")
+        lead = c.find_leader()
+        late = next(n for n in c.nodes if n is not lead)
+        for name in ("old", "kept"):
+            self.create(lead, name)
+            wait_until(f"{name} in node {late.id}'s replica",
+                       lambda x=name: x in late.topics(), timeout=30)
+        status, body = lead.nsq_http("POST", "/topic/create?topic=nsqold")
+        self.assertEqual(status, 200, body)
+        wait_until(f"nsqold in node {late.id}'s replica", lambda: "nsqold" in late.topics(),
+                   timeout=30)
+        status, body = lead.request("POST", "/v1/users", {
+            "username": "gone", "password": "gone-pw-1",
+            "grants": [{"action": "consume", "patterns": ["*"]}]})
+        self.assertEqual(status, 201, body)
+        wait_until(f"user gone on node {late.id}",
+                   lambda: late.request("GET", "/v1/users/gone")[0] == 200, timeout=30)
+
+        self.set_delay(late, LONG_MS)
+        self.create(lead, "new")
+        # Out of readiness: it knows it is behind what was committed.
+        wait_until(f"node {late.id} out of readiness", lambda: late.readyz() == 503,
+                   timeout=30, interval=0.05)
+        status, body = late.request("DELETE", "/v1/topics/old", timeout=30)
+        self.assertEqual(status, 204, body)
+        self.assertIn("new", late.topics())
+        for n in c.nodes:
+            wait_until(f"old gone from node {n.id}", lambda n=n: "old" not in n.topics(),
+                       timeout=30)
+        # A user's deletion too (api/v1/users.c).
+        self.create(lead, "new2")
+        wait_until(f"node {late.id} out of readiness", lambda: late.readyz() == 503,
+                   timeout=30, interval=0.05)
+        status, body = late.request("DELETE", "/v1/users/gone", timeout=30)
+        self.assertEqual(status, 204, body)
+        self.assertEqual(lead.request("GET", "/v1/users/gone")[0], 404)
+        # nsqd's /topic/delete too (api/nsq/http.c).
+        self.create(lead, "new3")
+        wait_until(f"node {late.id} out of readiness", lambda: late.readyz() == 503,
+                   timeout=30, interval=0.05)
+        status, body = late.nsq_http("POST", "/topic/delete?topic=nsqold")
+        self.assertEqual(status, 200, body)
+        for n in c.nodes:
+            wait_until(f"nsqold gone from node {n.id}", lambda n=n: "nsqold" not in n.topics(),
+                       timeout=30)
+
+        # Too far behind for the request's budget: 503 to retry, and the
+        # topic stays.
+        self.set_delay(late, 11000)
+        self.create(lead, "newer")
+        wait_until(f"node {late.id} out of readiness", lambda: late.readyz() == 503,
+                   timeout=30, interval=0.05)
+        sent = time.monotonic()
+        status, body = late.request("DELETE", "/v1/topics/kept", timeout=30)
+        self.assertEqual(status, 503, body)
+        self.assertEqual(body["error"], "control plane not caught up")
+        self.assertGreaterEqual(time.monotonic() - sent, 9.5)
+        self.set_delay(late, 0)
+        status, _ = lead.request("GET", "/v1/topics/kept")
+        self.assertEqual(status, 200)
 
 
 if __name__ == "__main__":

@@ -1258,13 +1258,10 @@ static void on_delete_recorded(tn_meta_req_t *req, int status)
         on_deleted(m, rc);
 }
 
-/* Propose the deletion of m's topic or channel first; false when there is
- * no metastore (the engine deletes at once). */
-static bool delete_through_meta(mgmt_t *m)
+/* Propose the deletion of m's topic or channel, from the record as this
+ * node's replica has it now. */
+static void propose_delete(mgmt_t *m)
 {
-    if (m->api->meta == NULL || m->recorded || tn_nsq_is_ephemeral(m->topic, strlen(m->topic)) ||
-        (m->channel_op && tn_nsq_is_ephemeral(m->channel, strlen(m->channel))))
-        return false;
     tn_meta_cmd_t c;
     memset(&c, 0, sizeof(c));
     c.type = m->channel_op ? TN_MC_CHANNEL_DELETE : TN_MC_TOPIC_DELETE;
@@ -1272,14 +1269,38 @@ static bool delete_through_meta(mgmt_t *m)
     snprintf(c.channel, sizeof(c.channel), "%s", m->channel);
     const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(m->api->meta), m->topic);
     m->created_at_ms = e != NULL ? e->rec.created_at_ms : 0;
-    m->mreq.data = m;
-    m->r->on_cancel = on_mgmt_cancel;
-    /* A destructive action waits for a current replica (503 E_METASTORE). */
-    int rc = tn_meta_caught_up(m->api->meta)
-                 ? tn_meta_propose(m->api->meta, &m->mreq, &c, on_delete_recorded)
-                 : TN_ENOLEADER;
+    int rc = tn_meta_propose(m->api->meta, &m->mreq, &c, on_delete_recorded);
     if (rc != 0)
         on_delete_recorded(&m->mreq, rc);
+}
+
+/* This replica confirmed current with the leader, or could not be. */
+static void on_delete_current(void *arg, int status)
+{
+    mgmt_t *m = arg;
+    if (status == 0)
+        propose_delete(m);
+    else
+        on_delete_recorded(&m->mreq, TN_ENOLEADER); /* 503 E_METASTORE */
+}
+
+/* Propose the deletion of m's topic or channel first; false when there is
+ * no metastore (the engine deletes at once). */
+static bool delete_through_meta(mgmt_t *m)
+{
+    if (m->api->meta == NULL || m->recorded || tn_nsq_is_ephemeral(m->topic, strlen(m->topic)) ||
+        (m->channel_op && tn_nsq_is_ephemeral(m->channel, strlen(m->channel))))
+        return false;
+    m->mreq.data = m;
+    m->r->on_cancel = on_mgmt_cancel;
+    /* A destructive action waits for a current replica: one behind (a
+     * busy metastore, a slow disk) confirms with the leader first; 503
+     * E_METASTORE when it cannot within 10 s (api/v1/common.h,
+     * tn__v1_caught_up). */
+    if (tn_meta_caught_up(m->api->meta))
+        propose_delete(m);
+    else if (tn_meta_confirm(m->api->meta, on_delete_current, m) != 0)
+        on_delete_recorded(&m->mreq, TN_ENOLEADER);
     return true;
 }
 

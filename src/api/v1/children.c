@@ -356,7 +356,7 @@ static void on_attach(tn_http_request_t *r, void *arg)
     if (given[3])
         b.delay_ms = b.fanout_delay_ms;
     if (given[2]) { /* a child on another cluster */
-        tn__v1_rchild_attach(v, r, parent, b.remote, b.child, b.delay_ms);
+        tn__v1_rchild_attach(v, r, on_attach, parent, b.remote, b.child, b.delay_ms);
         return;
     }
     const tn_meta_topic_entry_t *ce = tn_meta_topic_find(tn_meta_state(v->meta), b.child);

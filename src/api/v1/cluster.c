@@ -149,13 +149,15 @@ static void on_drained(tn_meta_req_t *req, int status)
         tn__v1_meta_error(r, status);
 }
 
+static void on_decommission(tn_http_request_t *r, void *arg);
+
 static void decommission(tn_v1_t *v, tn_http_request_t *r, bool draining)
 {
     if (draining && !tn__v1_guard_write(r))
         return;
     if (!tn__v1_admin_only(v, r))
         return;
-    if (draining && !tn__v1_caught_up(v, r))
+    if (draining && !tn__v1_caught_up(v, r, on_decommission))
         return;
     const tn_iov_t *id = tn_http_param(r, "id");
     char buf[24] = "";
@@ -405,7 +407,7 @@ static void on_removed(tn_meta_req_t *req, int status)
 static void on_remove_member(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!tn__v1_admin_only(v, r) || !tn__v1_caught_up(v, r))
+    if (!tn__v1_admin_only(v, r) || !tn__v1_caught_up(v, r, on_remove_member))
         return;
     const tn_iov_t *idp = tn_http_param(r, "id");
     char buf[24] = "";
@@ -725,7 +727,8 @@ static void on_current(void *arg, int status)
 static void on_force_leader(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!tn__v1_guard_write(r) || !tn__v1_admin_only(v, r) || !tn__v1_caught_up(v, r))
+    if (!tn__v1_guard_write(r) || !tn__v1_admin_only(v, r) ||
+        !tn__v1_caught_up(v, r, on_force_leader))
         return;
     uint32_t node;
     bool unclean;

@@ -8,6 +8,7 @@
 
 #include "api/v1/common.h"
 
+#include "core/alloc.h"
 #include "core/err.h"
 #include "api/access.h"
 #include "api/drain.h"
@@ -160,7 +161,7 @@ const tn_meta_topic_entry_t *tn__v1_path_topic(tn_v1_t *v, tn_http_request_t *r,
     const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), topic);
     /* A replica behind its leader (a node just restarted, an election)
      * cannot tell "no such topic" from "not heard of it yet". */
-    if (e == NULL && !tn_meta_caught_up(v->meta))
+    if (e == NULL && !r->confirmed && !tn_meta_caught_up(v->meta))
         tn__v1_error(r, 503, "control plane not caught up", "Retry-After: 1\r\n");
     else if (e == NULL)
         tn__v1_error(r, 404, "topic not found", NULL);
@@ -185,11 +186,59 @@ bool tn__v1_path_partition(tn_http_request_t *r, const tn_meta_topic_entry_t *e,
     return true;
 }
 
-bool tn__v1_caught_up(tn_v1_t *v, tn_http_request_t *r)
+/* A request parked by tn__v1_caught_up until this replica is confirmed
+ * current. */
+typedef struct {
+    tn_v1_t *v;
+    tn_http_request_t *r; /* NULL once the client went away */
+    tn_http_handler_cb again;
+} current_wait_t;
+
+static void current_cancel(tn_http_request_t *r)
 {
-    if (tn_meta_caught_up(v->meta))
+    current_wait_t *w = r->data;
+    w->r = NULL; /* freed when the confirmation answers */
+}
+
+static void on_current(void *arg, int status)
+{
+    current_wait_t *w = arg;
+    tn_http_request_t *r = w->r;
+    tn_v1_t *v = w->v;
+    tn_http_handler_cb again = w->again;
+    tn_free(w);
+    if (r == NULL)
+        return;
+    r->on_cancel = NULL;
+    r->data = NULL;
+    if (status != 0 || v->closing) {
+        tn__v1_error(r, 503, "control plane not caught up", "Retry-After: 1\r\n");
+        return;
+    }
+    r->confirmed = true;
+    again(r, v);
+}
+
+bool tn__v1_caught_up(tn_v1_t *v, tn_http_request_t *r, tn_http_handler_cb again)
+{
+    if (r->confirmed || tn_meta_caught_up(v->meta))
         return true;
-    tn__v1_error(r, 503, "control plane not caught up", "Retry-After: 1\r\n");
+    current_wait_t *w = tn_calloc(1, sizeof(*w));
+    if (w == NULL) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return false;
+    }
+    w->v = v;
+    w->r = r;
+    w->again = again;
+    r->data = w;
+    r->on_cancel = current_cancel;
+    if (tn_meta_confirm_until(v->meta, uv_now(v->loop) + TN_META_PROPOSE_MS, on_current, w) != 0) {
+        r->on_cancel = NULL;
+        r->data = NULL;
+        tn_free(w);
+        tn__v1_error(r, 503, "control plane not caught up", "Retry-After: 1\r\n");
+    }
     return false;
 }
 

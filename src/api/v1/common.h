@@ -73,9 +73,15 @@ bool tn__v1_has_grant(const tn_meta_user_t *u, uint8_t action, const char *name)
 bool tn__v1_draining(tn_v1_t *v, tn_http_request_t *r);
 /* Admin, or false after answering 403. */
 bool tn__v1_admin_only(tn_v1_t *v, tn_http_request_t *r);
-/* For a destructive action: the metastore is caught up (tn_meta_caught_up),
- * or false after answering 503 with Retry-After. */
-bool tn__v1_caught_up(tn_v1_t *v, tn_http_request_t *r);
+/* For a destructive action: the metastore replica is caught up
+ * (tn_meta_caught_up), or was confirmed current for r (r->confirmed).
+ * Else false, and r is parked: this replica confirms with the leader
+ * (tn_meta_confirm_until, within TN_META_PROPOSE_MS) and again(r, v)
+ * runs once it did, with r->confirmed set, or r is answered 503 with
+ * Retry-After when it could not. A follower a moment behind (a busy
+ * metastore, a slow disk) serves the action instead of refusing it.
+ * What again runs before this check must change nothing. */
+bool tn__v1_caught_up(tn_v1_t *v, tn_http_request_t *r, tn_http_handler_cb again);
 /* The answer to a metastore write that failed with status where none of
  * the request's own fits: 507 when the disk has no room for the
  * metastore's log (UV_ENOSPC), 500 for its I/O error (UV_EIO), else 503
@@ -98,7 +104,8 @@ void tn__v1_nsq_refuse(tn_http_request_t *r, int status, const char *code);
 bool tn__v1_can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const char *topic);
 /* The topic named by the path's {topic}, copied into topic; NULL after
  * answering 404 when the metastore has no such topic (503 while the
- * replica is not caught up: it may not have heard of it yet). */
+ * replica is not caught up, nor confirmed current for r: it may not have
+ * heard of it yet). */
 const tn_meta_topic_entry_t *tn__v1_path_topic(tn_v1_t *v, tn_http_request_t *r,
                                                char topic[TN_NAME_MAX + 1]);
 /* The path's {p}, a partition of e, into *out; false after answering 404. */

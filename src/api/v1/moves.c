@@ -654,7 +654,7 @@ static void on_begin_current(void *arg, int status)
 static void on_move(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!tn__v1_guard_write(r) || !tn__v1_admin_only(v, r) || !tn__v1_caught_up(v, r))
+    if (!tn__v1_guard_write(r) || !tn__v1_admin_only(v, r) || !tn__v1_caught_up(v, r, on_move))
         return;
     move_t *m = tn_calloc(1, sizeof(*m));
     if (m == NULL) {
@@ -735,7 +735,7 @@ static void on_abort_current(void *arg, int status)
 static void on_abort(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!tn__v1_admin_only(v, r) || !tn__v1_caught_up(v, r))
+    if (!tn__v1_admin_only(v, r) || !tn__v1_caught_up(v, r, on_abort))
         return;
     uint64_t id = path_id(r);
     if (id == 0) {

@@ -258,8 +258,9 @@ static bool allowed(tn_v1_t *v, tn_http_request_t *r)
     return tn__v1_admin_only(v, r);
 }
 
-void tn__v1_rchild_attach(tn_v1_t *v, tn_http_request_t *r, const char *parent, const char *remote,
-                          const char *child, int64_t delay_ms)
+void tn__v1_rchild_attach(tn_v1_t *v, tn_http_request_t *r, tn_http_handler_cb route,
+                          const char *parent, const char *remote, const char *child,
+                          int64_t delay_ms)
 {
     if (!allowed(v, r))
         return;
@@ -291,7 +292,7 @@ void tn__v1_rchild_attach(tn_v1_t *v, tn_http_request_t *r, const char *parent, 
         tn__v1_error(r, 409, "remote child limit reached (108)", NULL);
         return;
     }
-    if (!tn__v1_caught_up(v, r))
+    if (!tn__v1_caught_up(v, r, route))
         return;
     rcop_t *op = rcop_new(v, r, true, parent, remote, child);
     if (op == NULL)

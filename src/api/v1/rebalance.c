@@ -119,7 +119,7 @@ static void on_proposed(tn_meta_req_t *req, int status)
 static void on_rebalance(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!tn__v1_guard_write(r) || !tn__v1_admin_only(v, r) || !tn__v1_caught_up(v, r))
+    if (!tn__v1_guard_write(r) || !tn__v1_admin_only(v, r) || !tn__v1_caught_up(v, r, on_rebalance))
         return;
     if (tn_meta_state(v->meta)->rebal.wanted) {
         tn__v1_error(r, 409, REBAL_RUNNING, NULL);

@@ -774,7 +774,7 @@ static void on_delete(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 409, msg, NULL);
         return;
     }
-    if (!tn__v1_caught_up(v, r))
+    if (!tn__v1_caught_up(v, r, on_delete))
         return;
     rop_t *op = rop_new(v, r, OP_DELETE);
     if (op != NULL) {

@@ -1605,7 +1605,7 @@ static void on_topic_delete(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 403, "only the topic's owner or an admin may delete it", NULL);
         return;
     }
-    if (!tn__v1_caught_up(v, r))
+    if (!tn__v1_caught_up(v, r, on_topic_delete))
         return;
     tn_meta_cmd_t c;
     memset(&c, 0, sizeof(c));

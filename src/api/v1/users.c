@@ -426,7 +426,7 @@ struct uop_s {
     uint16_t ngrants;
     bool owns_grants;
     int tries;       /* proposals refused because the record changed meanwhile */
-    bool confirmed;  /* this replica confirmed current before a 404 (on_confirmed) */
+    bool confirmed;  /* this replica confirmed current before a 404 or a delete (on_confirmed) */
     int unconfirmed; /* that confirmation's error (0: confirmed) */
     /* Loop ms: the request's metastore budget, TN_META_PROPOSE_MS from
      * its first step there (0 before), which the confirmation before a
@@ -562,8 +562,17 @@ static void propose(uop_t *op)
          * hash that has been replaced since: that check no longer holds. */
         uop_end(op, 409, "the password changed while this change was applied; send it again");
         return;
-    } else if (op->kind == OP_DELETE && !tn_meta_caught_up(v->meta)) {
-        /* A destructive action waits for a current replica. */
+    } else if (op->kind == OP_DELETE &&
+               (op->confirmed ? op->unconfirmed != 0 : !tn_meta_caught_up(v->meta))) {
+        /* A destructive action waits for a current replica: one behind
+         * confirms with the leader first, within the request's budget
+         * (as api/v1/common.c tn__v1_caught_up). */
+        if (!op->confirmed) {
+            op->confirmed = true;
+            op->unconfirmed = tn_meta_confirm_until(v->meta, op->until, on_confirmed, op);
+            if (op->unconfirmed == 0)
+                return;
+        }
         uop_end(op, 503, "control plane not caught up");
         return;
     } else if (op->kind == OP_DELETE) {

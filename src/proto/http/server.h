@@ -69,6 +69,10 @@ struct tn_http_request_s {
      * answer) if the client disconnects first. */
     void (*on_cancel)(tn_http_request_t *r);
     void *data;
+    /* For its routes: a handler that parked the request until the state
+     * it reads was confirmed current runs again with this set (api/v1,
+     * tn__v1_caught_up); false at first. */
+    bool confirmed;
     /* Private. */
     void *conn;
     tn_buf_t headbuf;
