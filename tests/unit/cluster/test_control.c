@@ -356,6 +356,29 @@ static void propose_on_follower(const char *name, tn_meta_req_t *req, answer_t *
     assert_true(run_until(answered, a));
 }
 
+/* propose_on_follower of name (then name1, name2, ... into out) from a
+ * fresh count of the requests taken, made again under the next name when
+ * a leader election happened meanwhile: on a loaded machine the two nodes
+ * can stall past the 300 ms election timeout, the leader steps down, and
+ * a proposal forwarded to it is rightly sent again, which the exact counts
+ * test_forward checks do not allow for (seen once in CI's rehearsal). */
+static void propose_in_one_term(const char *name, char out[32], tn_meta_req_t *req, answer_t *a)
+{
+    for (int i = 0;; i++) {
+        assert_true(run_until(two_settled, NULL));
+        uint64_t term = tn_meta_term(fx.m[fx.leader]);
+        fx.took_from = fx.ntook;
+        if (i == 0)
+            snprintf(out, 32, "%s", name);
+        else
+            snprintf(out, 32, "%s%d", name, i);
+        propose_on_follower(out, req, a);
+        if (tn_meta_term(fx.m[1]) == term && tn_meta_term(fx.m[2]) == term)
+            return;
+        assert_true(i < 5);
+    }
+}
+
 /* A proposal made on the follower goes to the leader over node RPC
  * (tn_control_forward, META_PROPOSE_AT) and the follower's callback gets
  * the leader's state-machine answer, with the entry's index, once its
@@ -363,21 +386,21 @@ static void propose_on_follower(const char *name, tn_meta_req_t *req, answer_t *
 static void test_forward(void **state)
 {
     (void)state;
-    uint64_t before = requests_in(fx.leader);
-    fx.took_from = fx.ntook;
+    uint64_t before[3] = {0, requests_in(1), requests_in(2)};
     answer_t a;
     tn_meta_req_t req;
-    propose_on_follower("orders", &req, &a);
+    char name[32];
+    propose_in_one_term("orders", name, &req, &a);
     assert_int_equal(a.status, 0);
-    assert_true(requests_in(fx.leader) > before); /* it went over RPC */
-    assert_non_null(tn_meta_topic_find(tn_meta_state(fx.m[fx.leader]), "orders"));
-    assert_non_null(tn_meta_topic_find(tn_meta_state(fx.m[fx.follower]), "orders"));
+    assert_true(requests_in(fx.leader) > before[fx.leader]); /* it went over RPC */
+    assert_non_null(tn_meta_topic_find(tn_meta_state(fx.m[fx.leader]), name));
+    assert_non_null(tn_meta_topic_find(tn_meta_state(fx.m[fx.follower]), name));
     assert_int_equal(took_n(fx.leader, TN_OP_META_PROPOSE_AT), 1);
     assert_int_equal(took_n(fx.leader, TN_OP_META_PROPOSE), 0); /* no no-op confirmation */
     assert_true(req.index > 0);
     assert_true(tn_meta_applied_index(fx.m[fx.follower]) >= req.index);
 
-    propose_on_follower("orders", &req, &a);
+    propose_on_follower(name, &req, &a);
     assert_int_equal(a.status, UV_EEXIST); /* the leader's answer to an if_absent put */
 }
 
