@@ -64,6 +64,7 @@ struct tn_catalog_s {
     undo_t *undoing;    /* their records being taken back (take_back) */
     parked_t *parked;   /* creations of those topics waiting for that */
 #ifdef TN_TEST
+    undo_t *delayed; /* take-backs TERN_TEST_CATALOG_TAKE_BACK_DELAY holds back */
     uv_timer_t *lag; /* TERN_TEST_CATALOG_LAG_MS: following the replica late */
     /* TERN_TEST_DELETIONS_AFTER_MS: how long deletions are held from the
      * first look (0: not held), and until when (loop ms, 0: not armed). */
@@ -323,6 +324,9 @@ struct undo_s {
     char topic[TN_NAME_MAX + 1];
     int64_t created_at_ms;
     undo_t *next;
+#ifdef TN_TEST
+    uv_timer_t delay; /* TERN_TEST_CATALOG_TAKE_BACK_DELAY's (on c->delayed meanwhile) */
+#endif
 };
 
 /* A creation the gate saw for a topic whose record is being taken back:
@@ -419,7 +423,15 @@ static void on_taken_back(tn_meta_req_t *req, int status)
         while (*pp != u)
             pp = &(*pp)->next;
         *pp = u->next;
-        if (status != 0 && status != TN_ENOTFOUND) {
+        if (status == TN_ECHANGED) {
+            /* The name was deleted and made again meanwhile (through a
+             * door of this node's, between take_back's check and the
+             * commit): that topic is not the one whose making failed. */
+            TN_LOG(TN_LOG_NOTICE,
+                   "topic %s: the record of its failed creation was deleted and made again "
+                   "meanwhile: nothing to take back, the topic made again stays",
+                   u->topic);
+        } else if (status != 0 && status != TN_ENOTFOUND) {
             TN_LOG(TN_LOG_ERROR,
                    "topic %s: taking back the record of its failed creation failed: %s; delete "
                    "the topic, or publish to it again once the cause is fixed",
@@ -466,6 +478,28 @@ void tn_catalog_hold_creations(tn_catalog_t *c, const char *topic, int64_t creat
     }
 }
 
+/* Propose u's TOPIC_DELETE (take_back). It names the record's creation
+ * time (if_created): the check that the record is still that creation's
+ * was made on the replica, and before the delete commits a door of this
+ * node's may delete the name and make it again, a topic the take-back
+ * must leave alone (TN_ECHANGED then, on_taken_back). */
+static void take_back_now(tn_catalog_t *c, undo_t *u)
+{
+    tn_meta_cmd_t cmd;
+    tn_meta_cmd_take_back(&cmd, u->topic, u->created_at_ms);
+    u->req.data = u;
+    u->next = c->undoing;
+    c->undoing = u;
+    if (tn_meta_propose(c->meta, &u->req, &cmd, on_taken_back) != 0) {
+        c->undoing = u->next;
+        tn_free(u);
+    }
+}
+
+#ifdef TN_TEST
+static bool test_delay_take_back(tn_catalog_t *c, undo_t *u);
+#endif
+
 /* The engine failed to make topic, whose record the gate made for that
  * creation at created_at_ms: on a lone node the record is taken back (a
  * TOPIC_DELETE, then the purge of what the creation left), so the topic
@@ -484,17 +518,11 @@ static void take_back(tn_catalog_t *c, const char *topic, int64_t created_at_ms)
     u->c = c;
     snprintf(u->topic, sizeof(u->topic), "%s", topic);
     u->created_at_ms = created_at_ms;
-    tn_meta_cmd_t cmd;
-    memset(&cmd, 0, sizeof(cmd));
-    cmd.type = TN_MC_TOPIC_DELETE;
-    snprintf(cmd.topic.name, sizeof(cmd.topic.name), "%s", topic);
-    u->req.data = u;
-    u->next = c->undoing;
-    c->undoing = u;
-    if (tn_meta_propose(c->meta, &u->req, &cmd, on_taken_back) != 0) {
-        c->undoing = u->next;
-        tn_free(u);
-    }
+#ifdef TN_TEST
+    if (test_delay_take_back(c, u))
+        return;
+#endif
+    take_back_now(c, u);
 }
 
 static void on_gate_recorded(tn_meta_req_t *req, int status)
@@ -1499,6 +1527,53 @@ static bool held_by_file(tn_catalog_t *c)
 #endif
 
 #ifdef TN_TEST
+/* A delayed take-back's timer closed: its TOPIC_DELETE goes now (or,
+ * its catalog stopped meanwhile, never). */
+static void on_take_back_due(uv_handle_t *h)
+{
+    undo_t *u = h->data;
+    tn_catalog_t *c = u->c;
+    if (c == NULL) {
+        tn_free(u);
+        return;
+    }
+    undo_t **pp = &c->delayed;
+    while (*pp != u)
+        pp = &(*pp)->next;
+    *pp = u->next;
+    take_back_now(c, u);
+}
+
+static void on_take_back_timer(uv_timer_t *t)
+{
+    uv_close((uv_handle_t *)t, on_take_back_due);
+}
+
+/* TERN_TEST_CATALOG_TAKE_BACK_DELAY=PREFIX=MS (ternd-test): a lone node's
+ * take-back of a gate's record for a topic whose name starts with PREFIX
+ * (its hold on the gate and its TOPIC_DELETE) starts MS ms after the check
+ * that the record is still that creation's, as one whose proposal was
+ * slow to commit would end: the window in which a client deletes the name
+ * and makes it again. Whether the hook took u over (on c->delayed). */
+static bool test_delay_take_back(tn_catalog_t *c, undo_t *u)
+{
+    const char *spec = getenv("TERN_TEST_CATALOG_TAKE_BACK_DELAY");
+    const char *eq = spec != NULL ? strchr(spec, '=') : NULL;
+    if (eq == NULL || strncmp(u->topic, spec, (size_t)(eq - spec)) != 0 ||
+        uv_timer_init(c->broker->loop, &u->delay) != 0)
+        return false;
+    u->delay.data = u;
+    uv_timer_start(&u->delay, on_take_back_timer, (uint64_t)atoll(eq + 1), 0);
+    u->next = c->delayed;
+    c->delayed = u;
+    TN_LOG(TN_LOG_NOTICE,
+           "topic %s: taking back its record in %s ms (TERN_TEST_CATALOG_TAKE_BACK_DELAY)",
+           u->topic, eq + 1);
+    return true;
+}
+#endif
+
+#ifdef TN_TEST
 /* TERN_TEST_CATALOG_UNCONFIRMED=path (ternd-test): while the file path
  * exists, the replica counts as not confirmed current (replica_current),
  * as a replica started empty beside files (`ternctl restore --rejoin`)
@@ -1869,6 +1944,13 @@ void tn_catalog_stop(tn_catalog_t *c)
     }
     while (c->fresh != NULL)
         (void)fresh_take(c, c->fresh->topic);
+#ifdef TN_TEST
+    for (undo_t *u = c->delayed; u != NULL; u = u->next) {
+        u->c = NULL; /* on_take_back_due frees it */
+        if (!uv_is_closing((uv_handle_t *)&u->delay))
+            uv_close((uv_handle_t *)&u->delay, on_take_back_due);
+    }
+#endif
     /* Creations and deletions still under way finish without us. */
     for (pending_t *p = c->pending; p != NULL; p = p->next)
         p->c = NULL;

@@ -1185,6 +1185,15 @@ int tn_meta_user_copy(tn_meta_user_t *dst, const tn_meta_user_t *src)
     return 0;
 }
 
+void tn_meta_cmd_take_back(tn_meta_cmd_t *c, const char *topic, int64_t created_at_ms)
+{
+    memset(c, 0, sizeof(*c));
+    c->type = TN_MC_TOPIC_DELETE;
+    snprintf(c->topic.name, sizeof(c->topic.name), "%s", topic);
+    c->topic.created_at_ms = created_at_ms;
+    c->if_created = true;
+}
+
 void tn_meta_cmd_fini(tn_meta_cmd_t *c)
 {
     tn_meta_user_fini(&c->user);

@@ -96,7 +96,8 @@
  * with it (trailing bytes). TOPIC_READY (27): [s] topic [8] created_at_ms,
  * the mark cleared; an older build refuses it as an unknown type
  * (UV_ENOTSUP), its state unchanged (it kept no mark). TOPIC_DELETE: [s]
- * topic, then, only for a /v1 creation's take-back (if_created), [8]
+ * topic, then, only for a creation's take-back (if_created: a /v1
+ * create's, or a lone node's gate record, tn_meta_cmd_take_back), [8]
  * created_at_ms: only the record made then is deleted; absent (a user's
  * delete, every older entry): any. An older build refuses an entry with
  * it (trailing bytes), its state unchanged: the record stays there.
@@ -452,6 +453,12 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out);
  * tn_meta_cmd_fini. */
 int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *used);
 void tn_meta_cmd_fini(tn_meta_cmd_t *c);
+
+/* Fill c (any contents, nothing owned) with the take-back of topic's
+ * record made at created_at_ms: a TOPIC_DELETE of that record only
+ * (if_created), which the state machine refuses with TN_ECHANGED once the
+ * name was deleted and made again, TN_ENOTFOUND once it is gone. */
+void tn_meta_cmd_take_back(tn_meta_cmd_t *c, const char *topic, int64_t created_at_ms);
 
 void tn_meta_user_fini(tn_meta_user_t *u);
 /* A 64-bit hash of every field of a record (FNV-1a over the fields in

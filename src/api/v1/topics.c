@@ -636,11 +636,7 @@ static void take_back_now(op_t *op)
      * gate (an NSQ PUB) waits rather than pass on this record. */
     tn_catalog_hold_creations(op->v->catalog, op->topic, op->created_at_ms, true);
     tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_TOPIC_DELETE;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", op->topic);
-    c.topic.created_at_ms = op->created_at_ms;
-    c.if_created = true;
+    tn_meta_cmd_take_back(&c, op->topic, op->created_at_ms);
     op->mreq.data = op;
     if (test_finish_fails(op))
         on_delete_recorded(&op->mreq, UV_ETIMEDOUT);
