@@ -335,8 +335,14 @@ struct undo_s {
 struct parked_s {
     tn_gate_t *g;
     tn_meta_cmd_t cmd;
+    /* The catalog's own making of a record (make): it goes on on the
+     * record if it is still there once the take-back ends, and fails
+     * (TN_ENOTFOUND) once it is gone; never recorded anew (cmd unused). */
+    bool make;
     parked_t *next;
 };
+
+static bool making(const tn_catalog_t *c, const char *topic);
 
 static void gate_propose(tn_catalog_t *c, tn_gate_t *g, const char *topic, const char *channel,
                          const tn_meta_cmd_t *cmd);
@@ -397,6 +403,9 @@ static void unpark(tn_catalog_t *c, const char *topic, int64_t old_ms, bool all)
         *pp = k->next;
         if (all) {
             tn_gate_done(k->g, TN_ECLOSED);
+        } else if (k->make) {
+            tn_gate_done(
+                k->g, tn_meta_topic_find(tn_meta_state(c->meta), topic) != NULL ? 0 : TN_ENOTFOUND);
         } else {
             /* Not the one taken back, even within its millisecond. */
             int64_t now = tn_now_wall_ms();
@@ -602,12 +611,21 @@ static void gate(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
     tn_catalog_t *c = arg;
     const tn_meta_state_t *s = tn_meta_state(c->meta);
     tn_meta_cmd_t cmd;
+    bool own = ch == NULL && making(c, t->name);
     if (ch == NULL) {
         /* A record being taken back (take_back) is still in the replica
          * until its TOPIC_DELETE commits: a creation passed on it would
          * be deleted (and purged) under its acknowledged messages. */
         if (tn_meta_topic_find(s, t->name) != NULL && !undoing(c, t->name)) {
             tn_gate_done(g, 0);
+            return;
+        }
+        /* The catalog's own making of a record (make) whose record went
+         * before the engine asked (a creation queued behind the removal
+         * of a directory): deleted, it is not recorded again, as a
+         * client's creation would be. */
+        if (own && !undoing(c, t->name)) {
+            tn_gate_done(g, TN_ENOTFOUND);
             return;
         }
         topic_record(c, t, &cmd);
@@ -631,6 +649,7 @@ static void gate(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
         }
         k->g = g;
         k->cmd = cmd;
+        k->make = own;
         k->next = c->parked;
         c->parked = k;
         return; /* on_taken_back proposes it */
@@ -1395,6 +1414,35 @@ int tn_catalog_purge(void *catalog, const char *topic, int64_t created_at_ms, ui
     return 0;
 }
 
+/* The catalog's own makings parked behind a take-back (gate) whose
+ * record was deleted meanwhile (by a user, through any node) fail now:
+ * they would never be let through, and the engine's topic they hold as
+ * being made would keep a purge of that deletion here waiting until the
+ * take-back ends. */
+static void release_parked_makes(tn_catalog_t *c)
+{
+    const tn_meta_state_t *s = tn_meta_state(c->meta);
+    parked_t *done = NULL; /* answered once the list is settled: the answers make and park */
+    parked_t **pp = &c->parked;
+    while (*pp != NULL) {
+        parked_t *k = *pp;
+        if (!k->make || tn_meta_topic_find(s, k->cmd.topic.name) != NULL) {
+            pp = &k->next;
+            continue;
+        }
+        *pp = k->next;
+        k->next = done;
+        done = k;
+    }
+    while (done != NULL) {
+        parked_t *k = done;
+        done = k->next;
+        tn_gate_t *g = k->g;
+        tn_free(k);
+        tn_gate_done(g, TN_ENOTFOUND);
+    }
+}
+
 /* What recovery opened in a cluster delivers once the placement was
  * followed with a replica caught up (as /readyz wants it: the log found
  * at start replayed, the leader heard from) and known current
@@ -1418,6 +1466,7 @@ static void release_recovered(tn_catalog_t *c)
 static void follow_meta(tn_catalog_t *c)
 {
     release_held(c, false);
+    release_parked_makes(c);
     const tn_meta_state_t *s = tn_meta_state(c->meta);
     if (!c->o.cluster && s->nmembers <= 1) {
         purges_check(c, false, 0);
@@ -1705,6 +1754,11 @@ static void pending_end(pending_t *p, int status)
     }
     if (c != NULL && status == UV_EMFILE)
         make_refused(c, p->topic, NULL, status);
+    else if (status == TN_ENOTFOUND)
+        TN_LOG(TN_LOG_NOTICE,
+               "metastore: topic %s was deleted before it was made here: not made, nor recorded "
+               "again",
+               p->topic);
     else if (status != 0 && status != TN_ECLOSED)
         TN_LOG(TN_LOG_WARN, "metastore: making recorded topic %s in the queue engine failed: %s",
                p->topic, tn_strerror(status));
@@ -1742,13 +1796,22 @@ static void on_topic_grown(void *arg, int status)
     made_or_grown(arg, status);
 }
 
+/* Whether the catalog is making topic (make: a creation or growth of a
+ * record's under way). */
+static bool making(const tn_catalog_t *c, const char *topic)
+{
+    for (const pending_t *p = c->pending; p != NULL; p = p->next)
+        if (strcmp(p->topic, topic) == 0)
+            return true;
+    return false;
+}
+
 /* Whether the engine has the topic of e with its partitions and its
  * durable channels (or is making them). */
 static bool made(tn_catalog_t *c, const tn_meta_topic_entry_t *e)
 {
-    for (const pending_t *p = c->pending; p != NULL; p = p->next)
-        if (strcmp(p->topic, e->rec.name) == 0)
-            return true;
+    if (making(c, e->rec.name))
+        return true;
     tn_topic_t *t = NULL;
     int rc = tn_broker_topic(c->broker, e->rec.name, strlen(e->rec.name), false, 0, NULL, &t);
     if (rc == UV_EAGAIN)

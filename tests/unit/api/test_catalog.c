@@ -964,6 +964,52 @@ static void test_creations_wait_for_a_held_take_back(void **state)
     cfx_free(f);
 }
 
+typedef struct {
+    cfx_t *f;
+    const char *topic;
+} named_t;
+
+static bool engine_lacks(void *arg)
+{
+    named_t *n = arg;
+    tn_topic_t *t = NULL;
+    return tn_broker_topic(n->f->b, n->topic, strlen(n->topic), false, 0, NULL, &t) == TN_ENOTFOUND;
+}
+
+/* The catalog's own making of a record waits behind another door's
+ * take-back like any creation; if a user deletes the topic meanwhile, it
+ * fails at once (nothing holds the name as being made, so the deletion's
+ * purge is not kept waiting for the take-back), and it never records the
+ * topic again as a client's creation would (was: recorded anew, with no
+ * owner, once the take-back released the name: the deleted topic came
+ * back). */
+static void test_a_make_held_by_a_take_back_stays_deleted(void **state)
+{
+    (void)state;
+    cfx_t *f = cfx_new(false);
+    put_topic(f, "undone", 1); /* recorded, not made */
+    int64_t old = created_at(f, "undone");
+    tn_catalog_hold_creations(f->cat, "undone", old, true);
+    tn_catalog_reconcile(f->cat); /* makes what the records name: held */
+    tn_topic_t *t = NULL;
+    assert_int_equal(tn_broker_topic(f->b, "undone", 6, false, 0, NULL, &t), UV_EAGAIN);
+    delete_topic(f, "undone");
+    /* The deletion's purge here ends while the take-back still holds. */
+    purgew_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_catalog_purge(f->cat, "undone", old, 10000, on_purged, &w), 0);
+    assert_true(run_until(f, purge_done, &w));
+    assert_int_equal(w.status, 0);
+    named_t n = {f, "undone"};
+    assert_true(engine_lacks(&n));
+    tn_catalog_hold_creations(f->cat, "undone", old, false);
+    int64_t until = tn_now_mono_ms() + 300;
+    (void)run_until(f, deadline_passed, &until);
+    assert_null(tn_meta_topic_find(tn_meta_state(f->m), "undone"));
+    assert_true(engine_lacks(&n));
+    cfx_free(f);
+}
+
 static void test_nsq_publishes_grow_the_topic(void **state)
 {
     (void)state;
@@ -1022,6 +1068,7 @@ int main(void)
         cmocka_unit_test(test_purge_on_a_lone_node),
         cmocka_unit_test(test_publish_while_a_creation_is_taken_back),
         cmocka_unit_test(test_creations_wait_for_a_held_take_back),
+        cmocka_unit_test(test_a_make_held_by_a_take_back_stays_deleted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
