@@ -208,6 +208,8 @@ int tn_meta_restore_pstate(const tn_pstate_t *old, const tn_meta_restore_copy_t 
         top = TN_MAX(top, copies[i].max_epoch);
         top = TN_MAX(top, copies[i].last_epoch);
     }
+    if (top == UINT32_MAX || old->partition_epoch == UINT32_MAX)
+        return UV_ERANGE; /* no epoch lies above: a damaged backup */
     ps.leader_epoch = top + 1;
     ps.partition_epoch = old->partition_epoch + 1;
     memset(ps.isr, 0, sizeof(ps.isr));
@@ -291,6 +293,22 @@ int tn_meta_restore_rewrite(const void *snap, size_t len, const char *backup_id,
                             tn_meta_restore_told_cb told_cb, void *arg, tn_buf_t *out, char *err,
                             size_t errlen)
 {
+    /* Node ids are 32 bits and 0 is none (partstate.h): a member id
+     * beyond would alias another node's, or none, in copies[].node. */
+    for (size_t i = 0; i < n; i++) {
+        if (members[i] == 0 || members[i] > UINT32_MAX) {
+            tn_errbuf(err, errlen,
+                      "member %" PRIu64 " of the backup is no node id (1..%" PRIu32 ")", members[i],
+                      UINT32_MAX);
+            return UV_EINVAL;
+        }
+        for (size_t k = 0; k < i; k++)
+            if (members[k] == members[i]) {
+                tn_errbuf(err, errlen, "member %" PRIu64 " of the backup is named twice",
+                          members[i]);
+                return UV_EINVAL;
+            }
+    }
     tn_meta_state_t st;
     tn_meta_state_init(&st);
     int rc = tn_meta_state_restore(&st, snap, len);
@@ -331,8 +349,16 @@ int tn_meta_restore_rewrite(const void *snap, size_t len, const char *backup_id,
             uint64_t inc =
                 best >= 0 ? tn_meta_restore_incarnation(backup_id, copies[best].node) : 0;
             tn_pstate_t now;
-            if (tn_meta_restore_pstate(ps, copies, nc, best, inc, &now) != 0) {
-                rc = UV_E2BIG;
+            if ((rc = tn_meta_restore_pstate(ps, copies, nc, best, inc, &now)) == UV_ERANGE) {
+                tn_errbuf(err, errlen,
+                          "partition %s/%" PRIu32 ": the backup names epoch %" PRIu32 " (its "
+                          "metastore's leader or partition epoch, or a copy's), the highest there "
+                          "is, and the restored partition needs one above it: the backup is "
+                          "damaged",
+                          t->rec.name, p, UINT32_MAX);
+                break;
+            }
+            if (rc != 0) {
                 tn_errbuf(err, errlen,
                           "partition %s/%" PRIu32 ": its longest copy in the latest epoch is "
                           "node %" PRIu32 "'s, which the backup's metastore no longer lists as "

@@ -40,7 +40,9 @@
  *      unclean mark cleared; leader_epoch one above every epoch the
  *      snapshot's state or any copy names (a leader must never append
  *      under an epoch below one its followers hold); partition_epoch one
- *      above the snapshot's. The other replicas copy from best, cut their
+ *      above the snapshot's. An epoch at the top of its range (UINT32_MAX,
+ *      none above it: a damaged backup) refuses the restore (UV_ERANGE),
+ *      naming the partition. The other replicas copy from best, cut their
  *      logs where they part from its history (KIP-279, as after any
  *      failover), and rejoin the ISR through the leader's CAS once caught
  *      up (which also checks their channel state).
@@ -83,8 +85,10 @@ int tn_meta_restore_choose(const tn_meta_restore_copy_t *copies, uint32_t n);
  * whose copies are copies[0..ncopies) (its replicas' first, in replicas
  * order, then other members'), best from tn_meta_restore_choose,
  * best_incarnation the restored incarnation of its node: step 3, 3a or 4
- * above, into *out. 0, or UV_E2BIG (step 3a: no room for another
- * replica; *out untouched). Pure. */
+ * above, into *out. 0, UV_E2BIG (step 3a: no room for another replica)
+ * or UV_ERANGE (old or a copy names epoch UINT32_MAX, or old's
+ * partition_epoch is UINT32_MAX: no epoch above it); on an error *out is
+ * untouched. Pure. */
 int tn_meta_restore_pstate(const tn_pstate_t *old, const tn_meta_restore_copy_t *copies,
                            uint32_t ncopies, int best, uint64_t best_incarnation, tn_pstate_t *out);
 
@@ -111,10 +115,13 @@ typedef void (*tn_meta_restore_told_cb)(void *arg, const char *topic, uint32_t p
 /* Rewrite the metastore snapshot snap[0..len) (borrowed) for a whole
  * cluster restored from the backup backup_id: every placed replicated
  * partition as above (copies from copies_cb, each decision told to
- * told_cb), and each member of members[0..n) given its restored
- * incarnation. The new snapshot is appended to out. 0; TN_ECORRUPT or
- * UV_ENOTSUP (a snapshot this build cannot read), a copies_cb error,
- * UV_E2BIG (step 3a) or UV_ENOMEM, with err saying what. */
+ * told_cb), and each member of members[0..n) (distinct node ids,
+ * 1..UINT32_MAX) given its restored incarnation. The new snapshot is
+ * appended to out. 0; UV_EINVAL (a member id no node has, or one named
+ * twice), TN_ECORRUPT or UV_ENOTSUP (a snapshot this build cannot read),
+ * a copies_cb error, UV_E2BIG (step 3a), UV_ERANGE (step 3: no epoch
+ * above the backup's) or UV_ENOMEM, with err saying what; on an error
+ * nothing is appended to out. */
 int tn_meta_restore_rewrite(const void *snap, size_t len, const char *backup_id,
                             const uint64_t *members, size_t n, tn_meta_restore_copies_cb copies_cb,
                             tn_meta_restore_told_cb told_cb, void *arg, tn_buf_t *out, char *err,

@@ -419,13 +419,25 @@ static int moved_cb(void *arg, const char *t, uint32_t p, const tn_pstate_t *ps,
     return 0;
 }
 
+/* *s: members 1..n registered and a native topic of parts partitions
+ * (factor, min_insync); its snapshot appended to snap. */
+static void topic_snapshot(tn_meta_state_t *s, uint64_t n, const char *topic, uint32_t parts,
+                           uint8_t factor, uint8_t min_insync, tn_buf_t *snap)
+{
+    members_up(s, n);
+    tn_meta_cmd_t t = tu_meta_native_topic_cmd(topic, parts, factor, min_insync);
+    assert_int_equal(tn_meta_state_apply(s, &t), 0);
+    assert_int_equal(tn_meta_state_snapshot(s, snap), 0);
+}
+
 static void test_rewrite_nonreplica_copy(void **state)
 {
     (void)state;
     tn_meta_state_t s;
-    members_up(&s, 4);
-    tn_meta_cmd_t t = tu_meta_native_topic_cmd("rm", 1, 2, 1);
-    assert_int_equal(tn_meta_state_apply(&s, &t), 0);
+    tn_buf_t snap, out;
+    tn_buf_init(&snap);
+    tn_buf_init(&out);
+    topic_snapshot(&s, 4, "rm", 1, 2, 1, &snap);
     const tn_pstate_t *ps0 = tn_meta_state_pstate(&s, "rm", 0);
     assert_non_null(ps0);
     assert_int_equal(ps0->nreplicas, 2);
@@ -433,10 +445,6 @@ static void test_rewrite_nonreplica_copy(void **state)
     uint32_t holder = 4;
     while (holder == r0 || holder == r1)
         holder--;
-    tn_buf_t snap, out;
-    tn_buf_init(&snap);
-    tn_buf_init(&out);
-    assert_int_equal(tn_meta_state_snapshot(&s, &snap), 0);
     tn_meta_state_fini(&s);
     const char *bid = "feedfacefeedfacefeedfacefeedface";
     const uint64_t members[4] = {1, 2, 3, 4};
@@ -461,6 +469,103 @@ static void test_rewrite_nonreplica_copy(void **state)
     tn_buf_fini(&snap);
 }
 
+/* --- what a hostile or damaged backup may hold (tests/fuzz/meta_restore) -------- */
+
+/* Epochs at the top of their range: no epoch lies above them, so the
+ * restore is refused (before: leader_epoch wrapped to 0, a snapshot no
+ * node could load, and partition_epoch to 0, below every CAS). */
+static void test_epochs_at_the_top(void **state)
+{
+    (void)state;
+    tn_pstate_t old = old_state();
+    tn_meta_restore_copy_t c[3] = {COPY(1, 6, 30), COPY(2, 5, 40), COPY(3, 6, 29)};
+    tn_pstate_t now;
+    memset(&now, 0x5a, sizeof(now));
+    tn_pstate_t before = now;
+    c[2].max_epoch = UINT32_MAX; /* a copy's epochs file names it */
+    assert_int_equal(tn_meta_restore_pstate(&old, c, 3, 0, 0xabc, &now), UV_ERANGE);
+    c[2].max_epoch = 6;
+    c[1].last_epoch = UINT32_MAX;
+    assert_int_equal(tn_meta_restore_pstate(&old, c, 3, 1, 0xabc, &now), UV_ERANGE);
+    c[1].last_epoch = 5;
+    old.leader_epoch = UINT32_MAX;
+    assert_int_equal(tn_meta_restore_pstate(&old, c, 3, 0, 0xabc, &now), UV_ERANGE);
+    old = old_state();
+    old.partition_epoch = UINT32_MAX;
+    assert_int_equal(tn_meta_restore_pstate(&old, c, 3, 0, 0xabc, &now), UV_ERANGE);
+    assert_memory_equal(&now, &before, sizeof(now)); /* *out untouched */
+    /* One below the top still has room. */
+    old = old_state();
+    c[2].max_epoch = UINT32_MAX - 1;
+    assert_int_equal(tn_meta_restore_pstate(&old, c, 3, 0, 0xabc, &now), 0);
+    assert_true(now.leader_epoch == UINT32_MAX);
+}
+
+/* The copies of every replica: epochs at the top of their range. */
+static int top_cb(void *arg, const char *t, uint32_t p, const tn_pstate_t *ps,
+                  tn_meta_restore_copy_t *copies, uint32_t ncopies, char *err, size_t errlen)
+{
+    (void)arg;
+    (void)t;
+    (void)p;
+    (void)ps;
+    (void)err;
+    (void)errlen;
+    for (uint32_t k = 0; k < ncopies; k++) {
+        copies[k].present = true;
+        copies[k].last_epoch = 3;
+        copies[k].log_end = 10;
+        copies[k].max_epoch = UINT32_MAX;
+    }
+    return 0;
+}
+
+static void test_rewrite_refuses_what_no_node_could_load(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_buf_t snap, out;
+    tn_buf_init(&snap);
+    tn_buf_init(&out);
+    topic_snapshot(&s, 3, "rt", 1, 3, 2, &snap);
+    tn_meta_state_fini(&s);
+    const char *bid = "feedfacefeedfacefeedfacefeedface";
+    char err[600];
+    const uint64_t three[3] = {1, 2, 3};
+    assert_int_equal(tn_meta_restore_rewrite(tn_buf_data(&snap), tn_buf_size(&snap), bid, three, 3,
+                                             top_cb, NULL, NULL, &out, err, sizeof(err)),
+                     UV_ERANGE);
+    assert_non_null(strstr(err, "rt/0"));
+    assert_non_null(strstr(err, "4294967295"));
+    assert_int_equal(tn_buf_size(&out), 0);
+
+    /* Member ids that are no node's (node ids are 32 bits, 0 is none),
+     * and one named twice: refused, naming it (before: 2^32 + 1 became
+     * node 1 and 2^32 node 0, so a copy of theirs could make a replica
+     * twice over, or make "no node" lead). */
+    static const struct {
+        uint64_t ids[4];
+        const char *says;
+    } bad[] = {
+        {{1, 2, 3, 0}, "member 0 "},
+        {{1, 2, 3, (1ull << 32) + 1}, "member 4294967297 "},
+        {{1, 2, 3, 1ull << 32}, "member 4294967296 "},
+        {{1, 2, 3, 2}, "member 2 "},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        assert_int_equal(tn_meta_restore_rewrite(tn_buf_data(&snap), tn_buf_size(&snap), bid,
+                                                 bad[i].ids, 4, copies_cb, NULL, NULL, &out, err,
+                                                 sizeof(err)),
+                         UV_EINVAL);
+        if (strstr(err, bad[i].says) == NULL)
+            fail_msg("members row %zu: %s", i, err);
+        assert_int_equal(tn_buf_size(&out), 0);
+    }
+    tn_buf_fini(&out);
+    tn_buf_fini(&snap);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -470,6 +575,8 @@ int main(void)
         cmocka_unit_test(test_rewrite_snapshot),
         cmocka_unit_test(test_nonreplica_copy_state),
         cmocka_unit_test(test_rewrite_nonreplica_copy),
+        cmocka_unit_test(test_epochs_at_the_top),
+        cmocka_unit_test(test_rewrite_refuses_what_no_node_could_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
