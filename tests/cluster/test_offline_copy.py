@@ -34,7 +34,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import harness
 import test_repl_restore as rr
 from harness import ClusterTest, wait_until
-from nsqwire import FRAME_ERROR, FRAME_MESSAGE, Closed, Conn  # noqa: E402  (tests/e2e)
+from nsqwire import (FRAME_ERROR, FRAME_MESSAGE, FRAME_RESPONSE, Closed,  # noqa: E402  (tests/e2e)
+                     Conn)
 
 OCTET = {"Content-Type": "application/octet-stream"}
 CLIENT = {"X-Tern-Client": "test-offline-copy"}
@@ -133,7 +134,10 @@ class OfflineCopyTest(ClusterTest):
         partition) and A does not know yet whose it is (before: the engine
         served the copy it recovered, the five messages, from its start
         until the catalog first followed the placement)."""
-        c, node, a, b, cc, bdir = self.backed_up_then_moved("mv", channel="c")
+        # --nsq-auth=users: the NSQ door takes AUTH with tern's users, so
+        # the last check's consumer can read the owned topic as the admin.
+        c, node, a, b, cc, bdir = self.backed_up_then_moved("mv", channel="c",
+                                                            args=["--nsq-auth=users"])
         self.stop_all_running(c)
         self.restore_rejoin(node[a], a, bdir)
         self.assertEqual(self.nsq_consumed(node[a], "mv", "c"), [],
@@ -145,7 +149,14 @@ class OfflineCopyTest(ClusterTest):
         c.wait_ready()
         wait_until(f"{a} knows mv/0 on {b}", lambda: (
             (s := self.pstate(node[a], "mv")) and str(s.get("leader")) == b), 60)
-        self.assertEqual(self.nsq_consumed(node[a], "mv", "c"), [])
+        # As the admin, whose SUB must be accepted: mv has an owner, and
+        # with security on a SUB without AUTH is refused E_UNAUTHORIZED,
+        # which reads nothing whatever A would serve. The same consumer
+        # through B, mv/0's owner, reads the five.
+        self.assertEqual(self.nsq_consumed(node[a], "mv", "c", auth=True), [],
+                         f"{a} served its stale copy of mv/0 once back with the others")
+        self.assertEqual(sorted(self.nsq_consumed(node[b], "mv", "c", auth=True)),
+                         [f"m-{i}".encode() for i in range(5)])
         self.stop_all_running(c)
 
     def test_publish_to_a_moved_copy_not_acknowledged_before_the_metastore(self):
@@ -264,21 +275,28 @@ class OfflineCopyTest(ClusterTest):
         finally:
             conn.close()
 
-    def nsq_consumed(self, n, topic, channel, rdy=10):
+    def nsq_consumed(self, n, topic, channel, rdy=10, auth=False):
         """What an NSQ consumer (RDY rdy) of channel through n's TCP door
         gets until 5 s of quiet or a close, once n answers /info (before
-        /readyz): the messages' bodies."""
+        /readyz): the messages' bodies. With auth, the consumer sends AUTH
+        as the admin first, and its AUTH and SUB must be accepted."""
         info = wait_until(f"{n.id}'s /info", lambda: (
             (x := n.request("GET", "/info", timeout=5))[0] == 200 and x[1]), 60)
         conn = Conn(info["tcp_port"], host=n.host, timeout=5)
         got = []
         try:
             conn.identify()
+            if auth:
+                conn.cmd("AUTH", f"admin:{harness.PASSWORD}".encode())
+                kind, data = conn.read_frame()
+                self.assertEqual(kind, FRAME_RESPONSE, data)
             # With security on, a node that cannot judge yet whether the
             # topic is protected holds the SUB up to 5 s, then refuses it
             # (E_SUB_FAILED, connection kept): nothing is consumed.
             conn.sock.settimeout(15)
-            conn.sub(topic, channel)
+            answer = conn.sub(topic, channel)
+            if auth:
+                self.assertEqual(answer, (FRAME_RESPONSE, b"OK"))
             conn.sock.settimeout(5)
             conn.rdy(rdy)
             try:
