@@ -82,7 +82,16 @@ raft_port=${TERN_RAFT_PORT:-4153}
 wait_s=${TERN_PEER_WAIT:-300}
 ready_wait=${TERN_READY_WAIT:-15}
 [[ "$ready_wait" =~ ^[0-9]+$ ]] || die "TERN_READY_WAIT must be a number of seconds, not '$ready_wait'"
+[[ "$wait_s" =~ ^[0-9]+$ ]] || die "TERN_PEER_WAIT must be a number of seconds, not '$wait_s'"
 data=${TERN_DATA_PATH:-/var/lib/tern}
+
+# The wall clock in milliseconds. Bash's SECONDS counts whole seconds
+# from a whole second, so a deadline made with it could pass up to a
+# second early (a 2 s wait seen ending after 1.15 s).
+now_ms() {
+    local t=${EPOCHREALTIME/[.,]/}
+    echo $((10#$t / 1000))
+}
 
 # Whether an option is among the arguments already (--name or --name=...).
 given() {
@@ -118,9 +127,9 @@ given advertise-address "$@" || extra+=(--advertise-address "$host.$svc:$http_po
 if ! given raft-address "$@"; then
     # ternd binds what its Raft name resolves to at start: wait until the
     # peer Service has this pod's IP, not a former pod's.
-    deadline=$((SECONDS + wait_s))
+    deadline=$(($(now_ms) + wait_s * 1000))
     until resolves_to "$host.$svc" "$pod_ip"; do
-        [ $SECONDS -lt $deadline ] ||
+        [ "$(now_ms)" -lt "$deadline" ] ||
             die "$host.$svc does not resolve to this pod's IP $pod_ip after ${wait_s}s (is the peer Service $svc there, with publishNotReadyAddresses?)"
         sleep 1
     done
@@ -149,7 +158,7 @@ if ! given peers "$@" && ! given join "$@"; then
     else
         # Looked at again for ready_wait seconds (see the top): a
         # re-election hides every ready member for a few seconds.
-        deadline=$((SECONDS + ready_wait))
+        deadline=$(($(now_ms) + ready_wait * 1000))
         while :; do
             for n in "${names[@]}"; do
                 [ "$n" = "$host.$svc" ] && continue
@@ -158,16 +167,16 @@ if ! given peers "$@" && ! given join "$@"; then
                     break 2
                 fi
             done
-            [ $SECONDS -lt $deadline ] || break
+            [ "$(now_ms)" -lt "$deadline" ] || break
             sleep 1
         done
     fi
     if [ "$mode" = peers ]; then
         echo "tern-entrypoint: member $((ordinal + 1)) of $replicas: no Raft state in $data/meta and no other member ready within ${ready_wait}s: the cluster's first start, once every member's name resolves" >&2
-        deadline=$((SECONDS + wait_s))
+        deadline=$(($(now_ms) + wait_s * 1000))
         for n in "${names[@]}"; do
             until timeout 5 getent hosts "$n" >/dev/null; do
-                [ $SECONDS -lt $deadline ] ||
+                [ "$(now_ms)" -lt "$deadline" ] ||
                     die "$n does not resolve after ${wait_s}s (is the peer Service $svc there, with publishNotReadyAddresses?)"
                 sleep 1
             done

@@ -412,6 +412,7 @@ class Entrypoint(unittest.TestCase):
         cases = [
             (self.member(TERN_REPLICAS="three"), "TERN_REPLICAS must be a positive number"),
             (self.member(TERN_READY_WAIT="15s"), "TERN_READY_WAIT must be a number of seconds"),
+            (self.member(TERN_PEER_WAIT="5m"), "TERN_PEER_WAIT must be a number of seconds"),
             (self.member(HOSTNAME="tern"), "does not end in -<ordinal>"),
             (self.member(HOSTNAME="tern-3"), "pod ordinal 3 is not below TERN_REPLICAS=3"),
             (self.member(POD_IP=""), "POD_IP"),
