@@ -412,11 +412,13 @@ static void answer_unjudged(tn_http_request_t *r, const char *why)
     tn_buf_fini(&b);
 }
 
-/* How long a request that authorize() would judge waits for this node's
- * replica to be able to (tn_access_unknown) before it is judged anyway
- * (503 NOT_READY), as the router's start hold (cluster/hold.h); how often
- * it looks again meanwhile. A lone node's replica catches up within
- * milliseconds of its start; a node whose cluster is down does not. */
+/* How long a request that authorize() would judge, or a listing, waits
+ * for this node's replica to be able to (tn_access_unknown) before it is
+ * judged anyway (503 NOT_READY; a listing without the topics r may not
+ * see: hidden), as the router's start hold (cluster/hold.h); how often it
+ * looks again meanwhile. A lone node's replica catches up within
+ * milliseconds of its start (its listings are then never short of its
+ * open topics); a node whose cluster is down does not. */
 #define JUDGE_WAIT_MS TN_ROUTER_CREATE_HOLD_MS
 #define JUDGE_POLL_MS TN_HOLD_POLL_MS
 
@@ -458,12 +460,13 @@ static void on_judge_poll(uv_timer_t *t)
     w->api->judged = NULL;
 }
 
-/* Whether r (for handler, a route that authorize() judges) waits, before
- * anything else, for the open doors to be able to judge its topic: with
- * security on, while this node's replica has not caught up since the
- * start (tn_access_unknown). Then handler(r, api) runs again once it has,
- * or after JUDGE_WAIT_MS (authorize then answers 503), or never if the
- * client leaves first. */
+/* Whether r (for handler, a route that authorize() judges, or a listing)
+ * waits, before anything else, for the open doors to be able to judge its
+ * topics: with security on, while this node's replica has not caught up
+ * since the start (tn_access_unknown). Then handler(r, api) runs again
+ * once it has, or after JUDGE_WAIT_MS (authorize then answers 503, a
+ * listing leaves out what r may not see: hidden), or never if the client
+ * leaves first. */
 static bool judge_later(tn_http_request_t *r, tn_nsq_http_t *api, tn_http_handler_cb handler)
 {
     if (api->judged == r || api->v1 == NULL || !api->v1->o.security || api->protect_all ||
@@ -485,16 +488,25 @@ static bool judge_later(tn_http_request_t *r, tn_nsq_http_t *api, tn_http_handle
     return true;
 }
 
+/* Whether these open doors cannot judge yet whether topic is protected
+ * (api/access.h tn_access_unknown; why gets its sentence): with security
+ * on and no NSQ auth, while this node's replica has not caught up since
+ * the start. Then every topic is treated as guarded (it may have an
+ * owner, or be open, or have lost its owner since the replica's
+ * snapshot). */
+static bool unjudged(tn_nsq_http_t *api, const char *topic, char *why, size_t len)
+{
+    return api->v1 != NULL && api->v1->o.security && !api->protect_all &&
+           tn_access_unknown(api->meta, topic, why, len);
+}
+
 /* For a guarded topic, whether r may go on; false after answering 401
- * (no credentials came) or 403 (they do not cover it). Open doors whose
- * replica cannot judge topic yet guard every topic, answering 503 where
- * they would refuse (it may have an owner, or be open, or have lost its
- * owner since the replica's snapshot). */
+ * (no credentials came) or 403 (they do not cover it). A topic the doors
+ * cannot judge yet (unjudged) is answered 503 where it would be refused. */
 static bool authorize(tn_http_request_t *r, tn_nsq_http_t *api, const char *topic, need_t need)
 {
     char why[TN_NAME_MAX + 160];
-    if (api->v1 != NULL && api->v1->o.security && !api->protect_all &&
-        tn_access_unknown(api->meta, topic, why, sizeof(why))) {
+    if (unjudged(api, topic, why, sizeof(why))) {
         if (r->principal[0] != '\0' && may(api, r, topic, need))
             return true; /* an admin, or a grant that covers it whoever owns it */
         answer_unjudged(r, why);
@@ -513,12 +525,24 @@ static bool authorize(tn_http_request_t *r, tn_nsq_http_t *api, const char *topi
     return true;
 }
 
-/* Whether r is shown topic t: ready, reachable by NSQ, and not guarded
- * from r's user (an anonymous caller sees no protected topic). */
+/* Whether the listings leave topic out for r: it is guarded, or the doors
+ * cannot judge it yet (unjudged: it may be protected), and r's user may
+ * not see it whoever owns it (an admin, a grant on it, its owner). An
+ * anonymous caller sees no protected topic, and no topic at all until the
+ * replica can tell which are protected. */
+static bool hidden(tn_nsq_http_t *api, const tn_http_request_t *r, const char *topic)
+{
+    char why[TN_NAME_MAX + 160];
+    if (!guarded(api, topic) && !unjudged(api, topic, why, sizeof(why)))
+        return false;
+    return !may(api, r, topic, NEED_READ);
+}
+
+/* Whether r is shown topic t: ready, reachable by NSQ, and not hidden
+ * from r's user. */
 static bool nsq_topic(tn_nsq_http_t *api, const tn_http_request_t *r, const tn_topic_t *t)
 {
-    return t->state == TN_OBJ_READY && nsq_named(t->name) &&
-           (!guarded(api, t->name) || may(api, r, t->name, NEED_READ));
+    return t->state == TN_OBJ_READY && nsq_named(t->name) && !hidden(api, r, t->name);
 }
 
 static bool nsq_channel(const tn_channel_t *ch)
@@ -769,6 +793,8 @@ static bool query_ok(tn_iov_t q)
 static void on_stats(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
+    if (judge_later(r, api, on_stats))
+        return;
     char format[16] = "", topic[256] = "", channel[256] = "", inc[16] = "true";
     /* A topic or channel too long to be any one's name matches none (as in
      * nsqd): "." is no topic's or channel's name either. Other values that
@@ -982,8 +1008,7 @@ static bool lookup_topic(tn_nsq_http_t *api, const tn_http_request_t *r, const c
     const tn_meta_state_t *s = replica(api);
     *t = ready_topic(api, r, name);
     *e = s != NULL ? tn_meta_topic_find(s, name) : NULL;
-    if (*t == NULL && *e != NULL &&
-        (!nsq_named(name) || (guarded(api, name) && !may(api, r, name, NEED_READ))))
+    if (*t == NULL && *e != NULL && (!nsq_named(name) || hidden(api, r, name)))
         *e = NULL;
     return *t != NULL || *e != NULL;
 }
@@ -991,6 +1016,8 @@ static bool lookup_topic(tn_nsq_http_t *api, const tn_http_request_t *r, const c
 static void on_lookup(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
+    if (judge_later(r, api, on_lookup))
+        return;
     char topic[256];
     if (!topic_arg(r, topic, sizeof(topic)))
         return;
@@ -1035,6 +1062,8 @@ static uint64_t topics_json(tn_nsq_http_t *api, const tn_http_request_t *r,
 static void on_topics(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
+    if (judge_later(r, api, on_topics))
+        return;
     tn_buf_t b;
     tn_buf_init(&b);
     tn_buf_append(&b, "{\"topics\":", 10);
@@ -1047,6 +1076,8 @@ static void on_topics(tn_http_request_t *r, void *arg)
 static void on_channels(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
+    if (judge_later(r, api, on_channels))
+        return;
     char topic[256];
     if (!topic_arg(r, topic, sizeof(topic)))
         return;
@@ -1081,6 +1112,8 @@ static void node_json(tn_nsq_http_t *api, const tn_http_request_t *r, const tn_m
 static void on_nodes(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
+    if (judge_later(r, api, on_nodes))
+        return;
     const tn_meta_state_t *s = replica(api);
     size_t n = s != NULL ? s->nmembers : 0;
     tn_meta_nsq_t me;
