@@ -921,6 +921,11 @@ class Restart(Base):
         # keep what is published before any consumer comes back.
         self.d.wait_for(f"channel audit of {name} was recorded but had no files")
         self.d.wait_for(f"channel billing of {name} was recorded but had no files")
+        # Those lines say the makings began: /stats lists a channel once
+        # it is made (on a loaded machine, after the publish below).
+        for ch in ("default", "audit", "billing"):
+            while f"channel {ch} of {name} created" not in "".join(self.d.lines):
+                self.d.wait_for(f" of {name} created")
         self.__class__.port = self.d.http_port
         import time
         deadline = time.monotonic() + 10
