@@ -897,13 +897,27 @@ static bool read_back(uint8_t type)
 
 /* Whether the followers should learn at once that an entry of this type
  * is committed (push_commit): a follower's change that it waits to read
- * back (or its NOOP, an older build's way to wait), and a topic made or
+ * back (or its NOOP, an older build's way to wait), a topic made or
  * grown, whose replicas the followers open before the first publish to
- * it is acknowledged (an NSQ publish that made the topic waits for that). */
+ * it is acknowledged (an NSQ publish that made the topic waits for that),
+ * and the changes of who leads a partition and who is in its ISR, which
+ * the partition's replicas act on from their own copy (cluster/replica.c:
+ * a leader counts a shrunk ISR, and so acknowledges the publishes waiting
+ * on a dead follower, only once its copy has it; a new leader starts
+ * serving, an old one stops, when theirs do). */
 static bool pushes(uint8_t type)
 {
-    return read_back(type) || removes_record(type) || type == TN_MC_NOOP ||
-           type == TN_MC_TOPIC_GROW_FOR;
+    switch (type) {
+    case TN_MC_NOOP:
+    case TN_MC_TOPIC_GROW_FOR:
+    case TN_MC_PART_ISR:
+    case TN_MC_MEMBER_FENCE:
+    case TN_MC_PART_REBALANCE:
+    case TN_MC_PART_CORRUPT:
+        return true;
+    default:
+        return read_back(type) || removes_record(type);
+    }
 }
 
 static int confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int status),

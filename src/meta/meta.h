@@ -36,7 +36,8 @@
  *      applied here). The leader sends its commit index to the followers
  *      at once after applying such an entry (its heartbeats, early: meta.c
  *      push_commit), rather than with its next heartbeat; a topic made or
- *      grown likewise, whose replicas the followers open. A successful change a client may read
+ *      grown likewise, whose replicas the followers open, and a change of
+ *      a partition's leader or ISR (meta.c pushes). A successful change a client may read
  * back from this node (a topic, channel, user or remote put or deleted, a drain, move, forced
  * leader, rebalance, factor or member removal: meta.c read_back; a copy sent again answered success
  * by answer(), too) is answered once this replica has it too, the same way, but with the leader's

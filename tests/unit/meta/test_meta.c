@@ -2298,6 +2298,74 @@ static void test_read_back_by_index(void **state)
     free(dir);
 }
 
+/* A replica that has applied at least index. */
+typedef struct {
+    tn_meta_t *m;
+    uint64_t index;
+} applied_at_t;
+
+static bool applied_reaches(void *arg)
+{
+    applied_at_t *w = arg;
+    return tn_meta_applied_index(w->m) >= w->index;
+}
+
+/* A partition leader's ISR change proposed through a follower: answered
+ * once the metastore leader applied it; the replica then waits for its own
+ * copy to apply it before it counts on the new ISR (cluster/replica.c
+ * on_isr_done: "the STATE follows"). The leader sends its commit index at
+ * once after applying it, as for a change read back: with heartbeats 1 s
+ * apart and no other entry going out, the median of five stays far below
+ * the half second a heartbeat alone would cost (before: 500 ms on average,
+ * each publish to that partition waiting meanwhile). The topic is unknown,
+ * so the change is refused: the entry is applied all the same. */
+static void test_isr_change_pushed(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    uv_loop_t loop;
+    cluster_t c;
+    cluster_init(&c, &loop, dir, 3);
+    c.election_ms = 5000;
+    c.heartbeat_ms = 1000;
+    c.register_ms = 10000;
+    for (uint64_t i = 1; i <= 3; i++)
+        cluster_open(&c, i, false);
+    assert_true(run_until(&loop, three_caught_up, &c));
+    assert_true(run_until(&loop, members_registered, &c));
+    uint64_t leader = agreed_leader(&c, 3);
+    uint64_t follower = leader == 1 ? 2 : 1;
+
+    int64_t took[5];
+    for (int i = 0; i < 5; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "isr%d", i);
+        readback_t r = {c.m[follower], name, 0, -1, false, 0};
+        tn_meta_req_t req;
+        memset(&req, 0, sizeof(req));
+        req.data = &r;
+        tn_pstate_member_t isr[2] = {{(uint32_t)follower, 1}, {(uint32_t)leader, 1}};
+        int64_t t0 = tn_now_mono_ms();
+        assert_int_equal(
+            tn_meta_propose_isr(c.m[follower], &req, name, 0, 1, 1, isr, 2, false, on_read_back),
+            0);
+        assert_true(run_until(&loop, read_back_done, &r));
+        assert_int_not_equal(r.status, 0); /* no such partition */
+        applied_at_t w = {c.m[follower], tn_meta_applied_index(c.m[leader])};
+        assert_true(run_until(&loop, applied_reaches, &w));
+        took[i] = tn_now_mono_ms() - t0;
+    }
+    qsort(took, 5, sizeof(took[0]), cmp_i64);
+    if (took[2] > 250)
+        fail_msg("median ISR change applied on the proposing follower after %lld ms (%lld..%lld): "
+                 "it waited for a heartbeat",
+                 (long long)took[2], (long long)took[0], (long long)took[4]);
+
+    cluster_close_all(&c);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 /* The leader names an index this follower's replica does not reach (as
  * if it were cut off from the leader's appends right after the answer):
  * the change is answered with the leader's answer once the write's own
@@ -2842,6 +2910,7 @@ int main(void)
         cmocka_unit_test(test_resent_read_back_confirms),
         cmocka_unit_test(test_read_back_by_index),
         cmocka_unit_test(test_read_back_by_index_bounded),
+        cmocka_unit_test(test_isr_change_pushed),
         cmocka_unit_test(test_transfer_to_a_live_voter),
         cmocka_unit_test(test_first_timers_apart_elect_at_once),
         cmocka_unit_test(test_restarted_follower_hears_the_leader),
