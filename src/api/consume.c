@@ -332,7 +332,7 @@ static void on_left(tn_consumer_t *c)
 }
 
 /* The lane in /stats: one client entry for every /v1 long poll on it. */
-static void describe(tn_consumer_t *c, const char *topic, tn_buf_t *out)
+static void describe(tn_consumer_t *c, const tn_pubs_filter_t *f, tn_buf_t *out)
 {
     lane_t *l = c->data;
     tn_nsq_client_stats_t s = {
@@ -347,7 +347,7 @@ static void describe(tn_consumer_t *c, const char *topic, tn_buf_t *out)
         .requeue_count = c->requeue_count,
         .connect_ts = l->started_s,
     };
-    tn_nsq_client_stats_json(out, &s, topic);
+    tn_nsq_client_stats_json(out, &s, f);
 }
 
 static lane_t *lane_find(tn_consume_t *cs, const char *topic, const char *channel, bool pinned,

@@ -132,6 +132,17 @@ typedef struct tn_waiter_s tn_waiter_t;
 typedef struct tn_centry_s tn_centry_t;
 typedef struct tn_bare_s tn_bare_t;
 
+/* Which topics a /stats client object names in its pub_counts
+ * (tn_consumer_t.describe, the NSQ door's producers): topic, unless NULL
+ * or "", only that one (nsqd's /stats?topic=); shown, when set, only
+ * those it says the caller may see (api/nsq/http.c: a protected topic is
+ * not named to who may not read it). */
+typedef struct {
+    const char *topic;
+    bool (*shown)(void *arg, const char *topic);
+    void *arg;
+} tn_pubs_filter_t;
+
 /* A ttl_discard rule: topics named `name` (or starting with it, when
  * prefix) expire their messages after ttl_ms. */
 typedef struct {
@@ -527,8 +538,8 @@ struct tn_consumer_s {
      * find the new leader). c must not be detached or freed here. */
     void (*left)(tn_consumer_t *c);
     /* Optional: append this consumer's /stats client object (JSON) to out;
-     * topic ("" for all) is the /stats filter, for its pub_counts. */
-    void (*describe)(tn_consumer_t *c, const char *topic, tn_buf_t *out);
+     * f says which topics its pub_counts may name. */
+    void (*describe)(tn_consumer_t *c, const tn_pubs_filter_t *f, tn_buf_t *out);
     /* Optional, for a consumer not pinned: true when it takes nothing more
      * of partition for now (a remote child's cursor holding its share of
      * that partition: api/rchild.c). Asked at each pick; the consumer's

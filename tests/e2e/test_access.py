@@ -210,6 +210,49 @@ class OpenDoors(Base):
         self.assertEqual(c.pub(t, b"x"), (FRAME_RESPONSE, b"OK"))
 
 
+    def test_producers_name_only_topics_the_caller_is_shown(self):
+        # A producer's pub_counts in /stats name a topic an admin adopted
+        # after the anonymous publishes only to whom may see it, and a
+        # producer of protected topics alone is not listed to the others
+        # (nsqd keeps every producer: its topics are all open).
+        t, o, tag = fresh("secpubs"), fresh("openpubs"), fresh("c")
+        both = self.conn(client_id=f"both-{tag}")
+        self.assertEqual(both.pub(t, b"m"), (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(both.pub(o, b"m"), (FRAME_RESPONSE, b"OK"))
+        only = self.conn(client_id=f"only-{tag}")
+        self.assertEqual(only.pub(t, b"m"), (FRAME_RESPONSE, b"OK"))
+        sub = self.conn(client_id=f"sub-{tag}")
+        self.assertEqual(sub.pub(t, b"m"), (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(sub.sub(o, "ch"), (FRAME_RESPONSE, b"OK"))
+
+        def producers(who):
+            st, _, body = self.request("GET", "/stats?format=json", headers=who)
+            self.assertEqual(st, 200, body)
+            st = json.loads(body)
+            found = {p["client_id"]: sorted(c["topic"] for c in p.get("pub_counts", []))
+                     for p in st["producers"] or [] if p["client_id"].endswith(tag)}
+            subs = {c["client_id"]: sorted(x["topic"] for x in c.get("pub_counts", []))
+                    for x_t in st["topics"] if x_t["topic_name"] == o
+                    for ch in x_t["channels"] for c in ch["clients"]
+                    if c["client_id"].endswith(tag)}
+            return found, subs
+
+        self.assertEqual(producers({}), ({f"both-{tag}": [o, t], f"only-{tag}": [t],
+                                          f"sub-{tag}": [t]}, {f"sub-{tag}": [t]}))
+        st, _, body = self.request("PATCH", f"/v1/topics/{t}", json.dumps({"owner": "alice"}).encode(),
+                                   dict(ADMIN, **JSON))
+        self.assertEqual(st, 200, body)
+        self.assertEqual(producers({}), ({f"both-{tag}": [o]}, {f"sub-{tag}": []}))
+        self.assertEqual(producers(BOB), ({f"both-{tag}": [o]}, {f"sub-{tag}": []}))
+        for who in (ALICE, ADMIN):
+            self.assertEqual(producers(who), ({f"both-{tag}": [o, t], f"only-{tag}": [t],
+                                               f"sub-{tag}": [t]}, {f"sub-{tag}": [t]}))
+        st, _, body = self.request("GET", f"/stats?format=json&topic={o}")
+        self.assertNotIn(t, body.decode())
+        self.assertNotIn(t.encode(), self.request("GET", "/stats")[2])
+        for c in (both, only, sub):
+            c.close()
+
     def test_a_child_links_channel_is_no_clients(self):
         # The channel that copies a parent's messages into its child
         # (fanout.<epoch>) belongs to the link: no door lets a client, an

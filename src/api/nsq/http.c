@@ -629,13 +629,28 @@ static bool repl_counts(tn_nsq_http_t *api, const char *topic, uint32_t *under, 
     return true;
 }
 
+/* Whether a client object of /stats names topic in its pub_counts for
+ * the caller (tn_pubs_filter_t.shown): as the listings show topics. */
+typedef struct {
+    tn_nsq_http_t *api;
+    const tn_http_request_t *r;
+} shown_t;
+
+static bool pub_shown(void *arg, const char *topic)
+{
+    shown_t *s = arg;
+    return nsq_named(topic) && !hidden(s->api, s->r, topic);
+}
+
 /* nsqd's /stats JSON: topics is null only when a named topic does not
  * exist; with a channel named, topics without it are left out; channels
  * and (with include_clients) clients are arrays, empty when there are
- * none. */
+ * none. Clients' pub_counts name only topics the caller is shown. */
 static void stats_json(tn_nsq_http_t *api, const tn_http_request_t *r, tn_buf_t *b,
                        const char *ftopic, const char *fchan, bool clients)
 {
+    shown_t sh = {api, r};
+    tn_pubs_filter_t pubs = {ftopic, pub_shown, &sh};
     static const char latency[] = "\"e2e_processing_latency\":{\"count\":0,\"percentiles\":null}";
     char h[512];
     health(api, h, sizeof(h));
@@ -685,7 +700,7 @@ static void stats_json(tn_nsq_http_t *api, const tn_http_request_t *r, tn_buf_t 
                         if (j > 0)
                             tn_buf_append(b, ",", 1);
                         if (c->describe != NULL)
-                            c->describe(c, ftopic, b);
+                            c->describe(c, &pubs, b);
                         else
                             tn_buf_append(b, "{}", 2);
                     }
@@ -712,7 +727,7 @@ static void stats_json(tn_nsq_http_t *api, const tn_http_request_t *r, tn_buf_t 
     tn_free(topics);
     tn_buf_append(b, ",\"producers\":", 13);
     if (clients && api->nsq != NULL)
-        tn_nsq_server_producers_json(api->nsq, ftopic, b);
+        tn_nsq_server_producers_json(api->nsq, &pubs, b);
     else
         tn_buf_append(b, "null", 4);
     tn_buf_append(b, "}", 1);

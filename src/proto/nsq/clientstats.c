@@ -44,7 +44,19 @@ static int str_field(tn_buf_t *out, const char *key, const char *value)
     return rc;
 }
 
-int tn_nsq_client_stats_json(tn_buf_t *out, const tn_nsq_client_stats_t *s, const char *topic)
+bool tn_nsq_pubcount_shown(const tn_nsq_pubcount_t *pub, const tn_pubs_filter_t *f)
+{
+    if (pub->count == 0)
+        return false; /* nsqd counts only what was published */
+    if (f == NULL)
+        return true;
+    if (f->topic != NULL && f->topic[0] != '\0' && strcmp(f->topic, pub->topic) != 0)
+        return false;
+    return f->shown == NULL || f->shown(f->arg, pub->topic);
+}
+
+int tn_nsq_client_stats_json(tn_buf_t *out, const tn_nsq_client_stats_t *s,
+                             const tn_pubs_filter_t *f)
 {
     char line[512];
     int rc = tn_buf_append(out, "{", 1);
@@ -72,8 +84,8 @@ int tn_nsq_client_stats_json(tn_buf_t *out, const tn_nsq_client_stats_t *s, cons
     }
     bool any = false;
     for (const tn_nsq_pubcount_t *p = s->pubs; rc == 0 && p != NULL; p = p->next) {
-        if (p->count == 0 || (topic != NULL && topic[0] != '\0' && strcmp(topic, p->topic) != 0))
-            continue; /* nsqd counts only what was published */
+        if (!tn_nsq_pubcount_shown(p, f))
+            continue;
         const char *open = any ? ",{\"topic\":\"" : "\"pub_counts\":[{\"topic\":\"";
         rc = tn_buf_append(out, open, strlen(open));
         rc = rc ? rc : tn_buf_json_escape(out, p->topic);

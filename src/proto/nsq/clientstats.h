@@ -13,6 +13,7 @@
 
 #include "core/buf.h"
 #include "proto/nsq/tls.h"
+#include "queue/queue.h"
 
 /* Messages a connection has published to one topic (a list per
  * connection, newest topic first). An entry is made when a publish is
@@ -55,8 +56,13 @@ typedef struct {
     const tn_tls_info_t *tls; /* NULL: not over TLS */
 } tn_nsq_client_stats_t;
 
-/* Append the entry as a JSON object. topic (may be "" or NULL) limits
- * pub_counts to that topic, as nsqd's /stats?topic= does. 0 or UV_ENOMEM. */
-int tn_nsq_client_stats_json(tn_buf_t *out, const tn_nsq_client_stats_t *s, const char *topic);
+/* Append the entry as a JSON object. f (NULL: every topic) limits
+ * pub_counts: to its topic, as nsqd's /stats?topic= does, and to those
+ * it shows. 0 or UV_ENOMEM. */
+int tn_nsq_client_stats_json(tn_buf_t *out, const tn_nsq_client_stats_t *s,
+                             const tn_pubs_filter_t *f);
+
+/* Whether pub, counted, passes f (NULL: every topic). */
+bool tn_nsq_pubcount_shown(const tn_nsq_pubcount_t *pub, const tn_pubs_filter_t *f);
 
 #endif

@@ -508,8 +508,8 @@ static void on_deliver(tn_consumer_t *cons, const tn_delivery_t *d)
 }
 
 /* The /stats entry of a connection (consumer or producer), in nsqd's
- * field names; topic limits its pub_counts. */
-static void describe_conn(conn_t *c, const char *topic, tn_buf_t *out)
+ * field names; f limits its pub_counts. */
+static void describe_conn(conn_t *c, const tn_pubs_filter_t *f, tn_buf_t *out)
 {
     const tn_consumer_t *cons = c->subscribed ? &c->consumer : NULL;
     tn_tls_info_t tls;
@@ -539,12 +539,12 @@ static void describe_conn(conn_t *c, const char *topic, tn_buf_t *out)
         .pubs = c->pubs,
         .tls = c->tls_done ? &tls : NULL,
     };
-    tn_nsq_client_stats_json(out, &s, topic);
+    tn_nsq_client_stats_json(out, &s, f);
 }
 
-static void on_describe(tn_consumer_t *cons, const char *topic, tn_buf_t *out)
+static void on_describe(tn_consumer_t *cons, const tn_pubs_filter_t *f, tn_buf_t *out)
 {
-    describe_conn(cons->data, topic, out);
+    describe_conn(cons->data, f, out);
 }
 
 /* Its channel or topic is being deleted, or a partition it consumed moved
@@ -1788,18 +1788,22 @@ int tn_nsq_server_start(uv_loop_t *loop, tn_broker_t *broker, const tn_nsq_opts_
     return 0;
 }
 
-int tn_nsq_server_producers_json(const tn_nsq_server_t *s, const char *topic, tn_buf_t *out)
+int tn_nsq_server_producers_json(const tn_nsq_server_t *s, const tn_pubs_filter_t *f, tn_buf_t *out)
 {
     bool any = false;
+    /* A producer is a connection with a publish that succeeded, to a
+     * topic the caller is shown (f's shown: the others are not named, nor
+     * is a producer of those alone). nsqd's topic filter names only that
+     * topic's count, and keeps every producer. */
+    tn_pubs_filter_t shown = {NULL, f != NULL ? f->shown : NULL, f != NULL ? f->arg : NULL};
     for (conn_t *c = s->conns; c != NULL; c = c->next) {
-        /* A producer is a connection with a publish that succeeded. */
         bool published = false;
         for (const tn_nsq_pubcount_t *p = c->pubs; p != NULL && !published; p = p->next)
-            published = p->count > 0;
+            published = tn_nsq_pubcount_shown(p, &shown);
         if (!published)
             continue;
         tn_buf_append(out, any ? "," : "[", 1);
-        describe_conn(c, topic, out);
+        describe_conn(c, f, out);
         any = true;
     }
     return any ? tn_buf_append(out, "]", 1) : tn_buf_append(out, "null", 4);

@@ -123,7 +123,8 @@ void tn_nsq_server_stats(const tn_nsq_server_t *s, tn_nsq_server_stats_t *out);
  * published (nsqd's client entries, pub_counts limited to topic when it
  * is not ""), or null when none has. Appended to out; 0 or UV_ENOMEM.
  * Loop thread. */
-int tn_nsq_server_producers_json(const tn_nsq_server_t *s, const char *topic, tn_buf_t *out);
+int tn_nsq_server_producers_json(const tn_nsq_server_t *s, const tn_pubs_filter_t *f,
+                                 tn_buf_t *out);
 
 /* Start draining (api/drain.h), for good: every consumer is held at RDY 0
  * (later RDYs are ignored) while what it holds can still be FINed, REQed
