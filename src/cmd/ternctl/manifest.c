@@ -354,6 +354,14 @@ int tn_manifest_set_parse(const char *buf, size_t len, tn_manifest_set_t *set, c
             goto out;
         }
         uint64_t nid = (uint64_t)YAJL_GET_INTEGER(x);
+        if (nid > UINT32_MAX) {
+            /* As the restore's rewrite refuses them (meta/restore.h):
+             * said here, before any file is read. */
+            tn_errbuf(err, errlen,
+                      "it names node id %" PRIu64 ", above %" PRIu32 " (member ids are 32-bit)",
+                      nid, UINT32_MAX);
+            goto out;
+        }
         for (size_t k = 0; k < set->n; k++)
             if (set->ids[k] == nid) {
                 tn_errbuf(err, errlen, "it names node %" PRIu64 " twice", nid);

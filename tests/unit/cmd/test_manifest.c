@@ -427,6 +427,18 @@ static void test_set(void **state)
                 "names node 1 twice");
     set_refused("{\"format\":\"tern-backup-set 1\",\"metastore_from\":1,\"nodes\":[1,-2]}",
                 "not a positive integer");
+    /* Member ids are 32-bit (meta/partstate.h; the restore's rewrite
+     * refuses the others): one above is refused as it is read. */
+    set_refused("{\"format\":\"tern-backup-set 1\",\"metastore_from\":1,"
+                "\"nodes\":[1,4294967296]}",
+                "names node id 4294967296, above 4294967295 (member ids are 32-bit)");
+    set_refused("{\"format\":\"tern-backup-set 1\",\"metastore_from\":4294967297,"
+                "\"nodes\":[4294967297]}",
+                "names node id 4294967297, above 4294967295");
+    doc = "{\"format\":\"tern-backup-set 1\",\"metastore_from\":4294967295,"
+          "\"nodes\":[4294967295]}";
+    assert_int_equal(tn_manifest_set_parse(doc, strlen(doc), &set, err, sizeof(err)), 0);
+    assert_int_equal(set.ids[0], UINT32_MAX);
     set_refused("{\"format\":\"tern-backup-set 1\",\"metastore_from\":3,\"nodes\":[1,2]}",
                 "metastore_from is not one of its nodes");
     set_refused("{\"format\":\"tern-backup-set 1\",\"id\":\"ABCDEF0123456789\","
