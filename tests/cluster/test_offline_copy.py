@@ -130,17 +130,17 @@ class OfflineCopyTest(ClusterTest):
         a backup is taken; the partition moves to B. Every node stops, A is
         restored from the backup with `--rejoin` and started alone (its
         metastore replica cannot catch up: no quorum). An NSQ consumer of
-        `c` through A's TCP door gets nothing: A's copy is stale (B owns the
-        partition) and A does not know yet whose it is (before: the engine
-        served the copy it recovered, the five messages, from its start
-        until the catalog first followed the placement)."""
-        # --nsq-auth=users: the NSQ door takes AUTH with tern's users, so
-        # the last check's consumer can read the owned topic as the admin.
-        c, node, a, b, cc, bdir = self.backed_up_then_moved("mv", channel="c",
-                                                            args=["--nsq-auth=users"])
+        `c` through A's TCP door, its SUB accepted, gets nothing: A's copy
+        is stale (B owns the partition) and A does not know yet whose it is
+        (before: the engine served the copy it recovered, the five
+        messages, from its start until the catalog first followed the
+        placement). Security off, so that A alone takes an anonymous SUB
+        (with it on, A cannot judge yet whether mv is protected and refuses
+        the SUB, which reads nothing whatever A would serve)."""
+        c, node, a, b, cc, bdir = self.backed_up_then_moved("mv", channel="c", security=False)
         self.stop_all_running(c)
         self.restore_rejoin(node[a], a, bdir)
-        self.assertEqual(self.nsq_consumed(node[a], "mv", "c"), [],
+        self.assertEqual(self.nsq_consumed(node[a], "mv", "c", subbed=True), [],
                          f"{a} served its stale copy of mv/0 before the metastore")
         # The others back: A follows the placement (mv/0 is B's), and
         # serves no copy of it.
@@ -149,13 +149,11 @@ class OfflineCopyTest(ClusterTest):
         c.wait_ready()
         wait_until(f"{a} knows mv/0 on {b}", lambda: (
             (s := self.pstate(node[a], "mv")) and str(s.get("leader")) == b), 60)
-        # As the admin, whose SUB must be accepted: mv has an owner, and
-        # with security on a SUB without AUTH is refused E_UNAUTHORIZED,
-        # which reads nothing whatever A would serve. The same consumer
-        # through B, mv/0's owner, reads the five.
-        self.assertEqual(self.nsq_consumed(node[a], "mv", "c", auth=True), [],
+        # The SUB accepted there too; the same consumer through B, mv/0's
+        # owner, reads the five.
+        self.assertEqual(self.nsq_consumed(node[a], "mv", "c", subbed=True), [],
                          f"{a} served its stale copy of mv/0 once back with the others")
-        self.assertEqual(sorted(self.nsq_consumed(node[b], "mv", "c", auth=True)),
+        self.assertEqual(sorted(self.nsq_consumed(node[b], "mv", "c", subbed=True)),
                          [f"m-{i}".encode() for i in range(5)])
         self.stop_all_running(c)
 
@@ -275,27 +273,23 @@ class OfflineCopyTest(ClusterTest):
         finally:
             conn.close()
 
-    def nsq_consumed(self, n, topic, channel, rdy=10, auth=False):
+    def nsq_consumed(self, n, topic, channel, rdy=10, subbed=False):
         """What an NSQ consumer (RDY rdy) of channel through n's TCP door
         gets until 5 s of quiet or a close, once n answers /info (before
-        /readyz): the messages' bodies. With auth, the consumer sends AUTH
-        as the admin first, and its AUTH and SUB must be accepted."""
+        /readyz): the messages' bodies. With subbed, its SUB must be
+        accepted."""
         info = wait_until(f"{n.id}'s /info", lambda: (
             (x := n.request("GET", "/info", timeout=5))[0] == 200 and x[1]), 60)
         conn = Conn(info["tcp_port"], host=n.host, timeout=5)
         got = []
         try:
             conn.identify()
-            if auth:
-                conn.cmd("AUTH", f"admin:{harness.PASSWORD}".encode())
-                kind, data = conn.read_frame()
-                self.assertEqual(kind, FRAME_RESPONSE, data)
             # With security on, a node that cannot judge yet whether the
             # topic is protected holds the SUB up to 5 s, then refuses it
             # (E_SUB_FAILED, connection kept): nothing is consumed.
             conn.sock.settimeout(15)
             answer = conn.sub(topic, channel)
-            if auth:
+            if subbed:
                 self.assertEqual(answer, (FRAME_RESPONSE, b"OK"))
             conn.sock.settimeout(5)
             conn.rdy(rdy)
