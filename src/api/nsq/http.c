@@ -412,14 +412,17 @@ static void answer_unjudged(tn_http_request_t *r, const char *why)
     tn_buf_fini(&b);
 }
 
-/* How long a request that authorize() would judge, or a listing, waits
- * for this node's replica to be able to (tn_access_unknown) before it is
- * judged anyway (503 NOT_READY; a listing without the topics r may not
- * see: hidden), as the router's start hold (cluster/hold.h); how often it
- * looks again meanwhile. A lone node's replica catches up within
- * milliseconds of its start (its listings are then never short of its
- * open topics); a node whose cluster is down does not. */
+/* How long a request that authorize() would judge waits for this node's
+ * replica to be able to (tn_access_unknown) before it is judged anyway
+ * (503 NOT_READY), as the router's start hold (cluster/hold.h); a listing
+ * (then without the topics r may not see: hidden) less, so that it is
+ * answered within nsqadmin's 5 s HTTP request timeout (its connect's 2 s
+ * included) rather than shown as an error; how often it looks again
+ * meanwhile. A lone node's replica catches up within milliseconds of its
+ * start (its listings are then never short of its open topics); a node
+ * whose cluster is down does not. */
 #define JUDGE_WAIT_MS TN_ROUTER_CREATE_HOLD_MS
+#define JUDGE_LIST_MS 3000
 #define JUDGE_POLL_MS TN_HOLD_POLL_MS
 
 /* A request waiting for this node's replica to be able to judge whether
@@ -464,10 +467,11 @@ static void on_judge_poll(uv_timer_t *t)
  * waits, before anything else, for the open doors to be able to judge its
  * topics: with security on, while this node's replica has not caught up
  * since the start (tn_access_unknown). Then handler(r, api) runs again
- * once it has, or after JUDGE_WAIT_MS (authorize then answers 503, a
- * listing leaves out what r may not see: hidden), or never if the client
- * leaves first. */
-static bool judge_later(tn_http_request_t *r, tn_nsq_http_t *api, tn_http_handler_cb handler)
+ * once it has, or after wait_ms (JUDGE_WAIT_MS: authorize then answers
+ * 503; JUDGE_LIST_MS: a listing leaves out what r may not see, hidden),
+ * or never if the client leaves first. */
+static bool judge_later(tn_http_request_t *r, tn_nsq_http_t *api, tn_http_handler_cb handler,
+                        uint64_t wait_ms)
 {
     if (api->judged == r || api->v1 == NULL || !api->v1->o.security || api->protect_all ||
         api->meta == NULL || tn_meta_ready(api->meta))
@@ -481,7 +485,7 @@ static bool judge_later(tn_http_request_t *r, tn_nsq_http_t *api, tn_http_handle
     w->r = r;
     w->api = api;
     w->handler = handler;
-    w->until = uv_now(api->v1->loop) + JUDGE_WAIT_MS;
+    w->until = uv_now(api->v1->loop) + wait_ms;
     r->data = w;
     r->on_cancel = on_judge_cancel;
     uv_timer_start(&w->timer, on_judge_poll, JUDGE_POLL_MS, JUDGE_POLL_MS);
@@ -808,7 +812,7 @@ static bool query_ok(tn_iov_t q)
 static void on_stats(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
-    if (judge_later(r, api, on_stats))
+    if (judge_later(r, api, on_stats, JUDGE_LIST_MS))
         return;
     char format[16] = "", topic[256] = "", channel[256] = "", inc[16] = "true";
     /* A topic or channel too long to be any one's name matches none (as in
@@ -1031,7 +1035,7 @@ static bool lookup_topic(tn_nsq_http_t *api, const tn_http_request_t *r, const c
 static void on_lookup(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
-    if (judge_later(r, api, on_lookup))
+    if (judge_later(r, api, on_lookup, JUDGE_LIST_MS))
         return;
     char topic[256];
     if (!topic_arg(r, topic, sizeof(topic)))
@@ -1077,7 +1081,7 @@ static uint64_t topics_json(tn_nsq_http_t *api, const tn_http_request_t *r,
 static void on_topics(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
-    if (judge_later(r, api, on_topics))
+    if (judge_later(r, api, on_topics, JUDGE_LIST_MS))
         return;
     tn_buf_t b;
     tn_buf_init(&b);
@@ -1091,7 +1095,7 @@ static void on_topics(tn_http_request_t *r, void *arg)
 static void on_channels(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
-    if (judge_later(r, api, on_channels))
+    if (judge_later(r, api, on_channels, JUDGE_LIST_MS))
         return;
     char topic[256];
     if (!topic_arg(r, topic, sizeof(topic)))
@@ -1127,7 +1131,7 @@ static void node_json(tn_nsq_http_t *api, const tn_http_request_t *r, const tn_m
 static void on_nodes(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
-    if (judge_later(r, api, on_nodes))
+    if (judge_later(r, api, on_nodes, JUDGE_LIST_MS))
         return;
     const tn_meta_state_t *s = replica(api);
     size_t n = s != NULL ? s->nmembers : 0;
@@ -1553,7 +1557,7 @@ static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_
 #define MGMT_HANDLER(fn, op, chan)                                                                 \
     static void fn(tn_http_request_t *r, void *arg)                                                \
     {                                                                                              \
-        if (!judge_later(r, arg, fn))                                                              \
+        if (!judge_later(r, arg, fn, JUDGE_WAIT_MS))                                               \
             mgmt(r, arg, op, chan);                                                                \
     }
 MGMT_HANDLER(on_topic_create, OP_CREATE, false)
@@ -1668,7 +1672,7 @@ static void publish(tn_http_request_t *r, tn_nsq_http_t *api, hpub_t *h, const c
 static void on_pub(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
-    if (judge_later(r, api, on_pub))
+    if (judge_later(r, api, on_pub, JUDGE_WAIT_MS))
         return;
     char topic[256];
     int64_t deliver_at;
@@ -1794,7 +1798,7 @@ static uint32_t split_mpub(tn_http_request_t *r, tn_nsq_http_t *api, bool binary
 static void on_mpub(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
-    if (judge_later(r, api, on_mpub))
+    if (judge_later(r, api, on_mpub, JUDGE_WAIT_MS))
         return;
     char topic[256];
     int64_t deliver_at;
