@@ -154,7 +154,16 @@ static void on_copied(tn_pub_t *p, int status)
     r->copies--;
     if (!r->dead && r->attached) {
         if (status == 0) {
-            tn_consumer_fin(&r->c, cp->partition, cp->offset, true, cp->nonce);
+            /* Refused (out of memory, the channel log failing, the lease
+             * lapsed meanwhile): the message is delivered, and copied,
+             * again. Said, so a duplicate in the child is explained. */
+            int rc = tn_consumer_fin(&r->c, cp->partition, cp->offset, true, cp->nonce);
+            if (rc != 0)
+                TN_LOG_RL(TN_LOG_WARN, 10000,
+                          "fan-out %s -> %s: finishing the copied message %s/%" PRIu32 "@%" PRIu64
+                          " failed: %s; it will be copied again",
+                          r->parent, r->child, r->parent, cp->partition, cp->offset,
+                          tn_strerror(rc));
         } else {
             /* A replicated child refusing for now (cluster/replerr.h) is
              * reported in the words every door uses. */

@@ -433,9 +433,19 @@ static void on_sent(void *ud, const tn_rc_result_t *res)
         fail_part(p, res->cls, res->status, res->detail);
         return;
     }
-    for (size_t i = 0; i < out; i++) {
-        if (r->attached) /* delivers again at the loop's next turn (on_hold) */
-            (void)tn_consumer_fin(&r->c, p->partition, p->v[i].offset, true, p->v[i].nonce);
+    for (size_t i = 0; i < out && r->attached; i++) {
+        /* Each sent message finished (once detached, they are delivered
+         * again at the loop's next turn: on_hold). A finish refused (out
+         * of memory, the channel log failing, the lease lapsed meanwhile)
+         * sends that message again: said, so a duplicate on the remote
+         * is explained. */
+        int rc = tn_consumer_fin(&r->c, p->partition, p->v[i].offset, true, p->v[i].nonce);
+        if (rc != 0)
+            TN_LOG_RL(TN_LOG_WARN, 10000,
+                      "remote child %s -> %s:%s: finishing the sent message %s/%" PRIu32 "@%" PRIu64
+                      " failed: %s; it will be sent again",
+                      r->parent, r->remote, r->child, r->parent, p->partition, p->v[i].offset,
+                      tn_strerror(rc));
     }
     part_shift(p, out);
     r->sent += out;
