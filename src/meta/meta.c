@@ -414,7 +414,16 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
          * elected soon after a join judges the joins it applied. */
         bool joins = m->ready && joins_now(&m->state, &c);
         rc = tn_meta_state_apply(&m->state, &c);
-        m->changed = m->changed || (rc == 0 && c.type != TN_MC_NOOP);
+        /* A change: the tick tells the listener (tn_meta_on_change) at
+         * the loop's next turn, not at its next idle tick (TICK_MS, 100
+         * ms, on a quiet node): a setting read back through this node
+         * then holds in its engine before another request is served (a
+         * PATCHed cap was read back here while the engine that leads the
+         * partition still delivered past the old one). */
+        if (rc == 0 && c.type != TN_MC_NOOP) {
+            m->changed = true;
+            wake(m);
+        }
         if (joins && rc == 0)
             note_joined(m, c.member.id);
         /* A registration is a sign of life too (sessions: meta.h). */
@@ -486,6 +495,7 @@ static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
     raft_free(buf->base);
     m->changed = true;
     m->pnotes_all = true;
+    wake(m); /* told at the loop's next turn, as a change is (fsm_apply) */
     return 0;
 }
 

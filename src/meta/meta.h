@@ -345,9 +345,10 @@ int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg);
  * is lost). Or at once UV_ETIMEDOUT when until has passed. */
 int tn_meta_confirm_until(tn_meta_t *m, uint64_t until, void (*cb)(void *arg, int status),
                           void *arg);
-/* Be told (cb(arg), on the loop thread, from the metastore's tick: within
- * about 100 ms) after applied log entries or a restored snapshot changed
- * the local replica, once it is ready; cb NULL: no more. For followers of
+/* Be told (cb(arg), on the loop thread, from the metastore's tick, which
+ * a change wakes: at the loop's next turn, before the requests that turn
+ * reads) after applied log entries or a restored snapshot changed the
+ * local replica, once it is ready; cb NULL: no more. For followers of
  * the state (the catalog follows topic records and placement). */
 void tn_meta_on_change(tn_meta_t *m, void (*cb)(void *arg), void *arg);
 /* On the leader: how long ago it last had Raft contact with member id

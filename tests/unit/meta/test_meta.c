@@ -2329,6 +2329,77 @@ static bool applied_reaches(void *arg)
     return tn_meta_applied_index(w->m) >= w->index;
 }
 
+static void count_change(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+/* A follower's listener (tn_meta_on_change: the catalog, which gives the
+ * engine a topic's settings) is told of an applied change at the loop's
+ * next turns, not at the metastore's next idle tick (100 ms on a quiet
+ * node): a cap PATCHed through another node and read back here (the
+ * replica) held in this engine only up to 100 ms later, and a consume
+ * served meanwhile delivered past it (cluster_meta_partitions). Five
+ * changes, each told within three turns of the loop after its entry is
+ * applied here. */
+static void test_change_told_at_once(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    uv_loop_t loop;
+    cluster_t c;
+    uint64_t leader = cluster_start3(&c, &loop, dir, 3);
+    uint64_t follower = leader == 1 ? 2 : 1;
+    int told = 0;
+    tn_meta_on_change(c.m[follower], count_change, &told);
+    enum { TURNS = 20000 };
+    uint64_t *applied = calloc(TURNS, sizeof(*applied));
+    int *seen = calloc(TURNS, sizeof(*seen));
+    assert_non_null(applied);
+    assert_non_null(seen);
+    for (int i = 0; i < 5; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "told%d", i);
+        counter_t cnt = {0, -1};
+        tn_meta_req_t req;
+        memset(&req, 0, sizeof(req));
+        req.data = &cnt;
+        tn_meta_cmd_t t = topic_cmd(name, true);
+        assert_int_equal(tn_meta_propose(c.m[leader], &req, &t, on_done), 0);
+        /* Turn by turn, what the follower had applied and how often its
+         * listener was told, until the leader answered and the
+         * follower's listener was told three turns after it applied the
+         * entry (or the turns ran out). */
+        int n = 0, at = -1;
+        while (n < TURNS) {
+            uv_run(&loop, UV_RUN_ONCE);
+            applied[n] = tn_meta_applied_index(c.m[follower]);
+            seen[n] = told;
+            n++;
+            if (cnt.done > 0 && at < 0)
+                for (int k = 0; k < n && at < 0; k++)
+                    if (applied[k] >= req.index)
+                        at = k;
+            if (at >= 0 && n > at + 3)
+                break;
+        }
+        assert_int_equal(cnt.last, 0);
+        assert_true(at >= 0);
+        /* Told in the turn that applied it or one of the three after. */
+        int before = at > 0 ? seen[at - 1] : 0;
+        if (seen[at + 3] <= before)
+            fail_msg("change %d (index %llu) applied on the follower at turn %d, its listener "
+                     "not told within three turns (told %d, then %d)",
+                     i, (unsigned long long)req.index, at, seen[at], seen[at + 3]);
+    }
+    free(applied);
+    free(seen);
+    tn_meta_on_change(c.m[follower], NULL, NULL);
+    cluster_close_all(&c);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 /* A partition leader's ISR change proposed through a follower: answered
  * once the metastore leader applied it; the replica then waits for its own
  * copy to apply it before it counts on the new ISR (cluster/replica.c
@@ -2918,6 +2989,7 @@ int main(void)
         cmocka_unit_test(test_read_back_by_index),
         cmocka_unit_test(test_read_back_by_index_bounded),
         cmocka_unit_test(test_isr_change_pushed),
+        cmocka_unit_test(test_change_told_at_once),
         cmocka_unit_test(test_transfer_to_a_live_voter),
         cmocka_unit_test(test_first_timers_apart_elect_at_once),
         cmocka_unit_test(test_restarted_follower_hears_the_leader),
